@@ -1,0 +1,50 @@
+# LoopDispatch — the two commands a newcomer needs are `make run` and `make test`.
+# Both install libevent-dev (as root, after apt-get update) when pkg-config cannot find it.
+
+SWIFT ?= swift
+WERROR := -Xswiftc -warnings-as-errors
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: all deps build run test test-unit test-leaks test-tsan bench lint clean
+
+all: build
+
+## deps: install libevent-dev (and pkg-config) when libevent_core is not found.
+deps:
+	@if ! command -v pkg-config >/dev/null 2>&1 || ! pkg-config --exists libevent_core; then \
+	  echo "Installing libevent-dev with apt-get..."; \
+	  $(SUDO) apt-get update && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y libevent-dev pkg-config; \
+	fi
+
+build: deps
+	$(SWIFT) build $(WERROR)
+
+## run: the main job (for now a demo of the main event loop).
+run: deps
+	$(SWIFT) run $(WERROR) Examples
+
+## test: every test, plus the leak-checked MainLoop run.
+test: test-unit test-leaks
+
+test-unit: deps
+	$(SWIFT) build --build-tests $(WERROR)
+	$(SWIFT) test --skip-build
+
+## test-leaks: MainLoop tests under AddressSanitizer, whose LeakSanitizer fails the run on a leak.
+test-leaks: deps
+	ASAN_OPTIONS=detect_leaks=1 $(SWIFT) test --scratch-path .build/asan --sanitize=address \
+	  $(WERROR) --filter MainLoopTests
+
+## test-tsan: tests under ThreadSanitizer.
+test-tsan: deps
+	$(SWIFT) test --scratch-path .build/tsan --sanitize=thread $(WERROR)
+
+## bench: the Benchmarks package in release mode; prints a table of ratios.
+bench: deps
+	cd Benchmarks && $(SWIFT) run -c release $(WERROR) Benchmarks
+
+lint:
+	$(SWIFT) format lint --strict $$(git ls-files '*.swift')
+
+clean:
+	rm -rf .build Benchmarks/.build

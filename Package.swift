@@ -1,0 +1,46 @@
+// swift-tools-version: 6.0
+// LoopDispatch: Grand Central Dispatch's programming model on a libevent loop.
+import PackageDescription
+
+let strict: [SwiftSetting] = [
+  .enableUpcomingFeature("ExistentialAny"),
+]
+
+let package = Package(
+  name: "LoopDispatch",
+  products: [
+    .library(name: "MainLoop", targets: ["MainLoop"]),
+    .library(name: "LoopDispatch", targets: ["LoopDispatch"]),
+    .executable(name: "Examples", targets: ["Examples"]),
+  ],
+  targets: [
+    // libevent_core through pkg-config; libevent_pthreads is linked by name because its .pc
+    // file drags in the full libevent and loads duplicate symbols.
+    .systemLibrary(
+      name: "CLibevent",
+      pkgConfig: "libevent_core",
+      providers: [.apt(["libevent-dev"])]
+    ),
+    // Header-only wrappers for Linux calls that Glibc does not expose to Swift.
+    .systemLibrary(name: "CLoopShims"),
+    .target(
+      name: "MainLoop",
+      dependencies: ["CLibevent", "CLoopShims"],
+      swiftSettings: strict
+    ),
+    .target(
+      name: "LoopDispatch",
+      dependencies: ["MainLoop", "CLoopShims"],
+      swiftSettings: strict
+    ),
+    .executableTarget(
+      name: "Examples",
+      dependencies: ["LoopDispatch", "MainLoop"],
+      swiftSettings: strict
+    ),
+    .testTarget(name: "MainLoopTests", dependencies: ["MainLoop", "CLoopShims"]),
+    .testTarget(name: "LoopDispatchTests", dependencies: ["LoopDispatch"]),
+    .testTarget(name: "ExamplesTests", dependencies: ["Examples"]),
+  ],
+  swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,18 @@
+// The libevent API as Swift sees it. Macros that Swift cannot import are wrapped inline here.
+#ifndef LOOPDISPATCH_CLIBEVENT_SHIM_H
+#define LOOPDISPATCH_CLIBEVENT_SHIM_H
+
+#include <event2/event.h>
+#include <event2/thread.h>
+#include <sys/eventfd.h>
+
+// EV_* flags are plain #defines of int; re-export them as typed constants.
+static const short cl_ev_timeout = EV_TIMEOUT;
+static const short cl_ev_read = EV_READ;
+static const short cl_ev_write = EV_WRITE;
+static const short cl_ev_signal = EV_SIGNAL;
+static const short cl_ev_persist = EV_PERSIST;
+static const int cl_evloop_once = EVLOOP_ONCE;
+static const int cl_evloop_nonblock = EVLOOP_NONBLOCK;
+
+#endif

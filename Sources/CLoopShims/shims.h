@@ -1,0 +1,84 @@
+// Small inline wrappers for Linux calls that `import Glibc` does not expose to Swift
+// (variadic syscall, gettid, pthread_setname_np, sched_getaffinity/CPU_COUNT, eventfd,
+// timerfd). Each wrapper is a single call; error handling lives in Swift.
+#ifndef LOOPDISPATCH_CLOOPSHIMS_H
+#define LOOPDISPATCH_CLOOPSHIMS_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+static inline int cls_errno(void) { return errno; }
+
+static inline pid_t cls_gettid(void) { return (pid_t)syscall(SYS_gettid); }
+
+static inline int cls_is_main_thread(void) { return cls_gettid() == getpid(); }
+
+/// Whether the caller is the process main thread, computed once per thread and then read
+/// from a thread-local cache (no system call on the fast path).
+static inline int cls_is_main_thread_cached(void) {
+  static __thread int cache = 0;  // 0 unknown, 1 main, 2 other
+  if (__builtin_expect(cache == 0, 0)) cache = cls_is_main_thread() ? 1 : 2;
+  return cache == 1;
+}
+
+/// Names the calling thread (Linux truncates to 15 bytes plus NUL).
+static inline int cls_set_thread_name(const char *name) {
+  char buf[16];
+  int i = 0;
+  for (; i < 15 && name[i] != 0; i++) buf[i] = name[i];
+  buf[i] = 0;
+  return pthread_setname_np(pthread_self(), buf);
+}
+
+static inline int cls_get_thread_name(char *buf, size_t len) {
+  return pthread_getname_np(pthread_self(), buf, len);
+}
+
+/// CPUs this process may run on (sched_getaffinity), at least 1.
+static inline int cls_available_cpus(void) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return (int)sysconf(_SC_NPROCESSORS_ONLN);
+  int n = CPU_COUNT(&set);
+  return n > 0 ? n : 1;
+}
+
+/// futex(FUTEX_WAIT_PRIVATE): sleeps while *addr == expected. Returns 0 or -errno.
+static inline int cls_futex_wait(uint32_t *addr, uint32_t expected, const struct timespec *rel) {
+  long r = syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, expected, rel, NULL, 0);
+  return r == 0 ? 0 : -errno;
+}
+
+/// futex(FUTEX_WAKE_PRIVATE): wakes up to `count` sleepers; returns how many woke.
+static inline int cls_futex_wake(uint32_t *addr, int count) {
+  long r = syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, count, NULL, NULL, 0);
+  return r < 0 ? -errno : (int)r;
+}
+
+static inline int cls_eventfd(unsigned int initval, int flags) { return eventfd(initval, flags); }
+static const int cls_efd_nonblock_cloexec = EFD_NONBLOCK | EFD_CLOEXEC;
+
+static inline int cls_timerfd_create_monotonic(void) {
+  return timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+}
+
+/// Arms `fd` to fire once at the absolute CLOCK_MONOTONIC time `ns` (0 disarms).
+static inline int cls_timerfd_set_abs(int fd, uint64_t ns) {
+  struct itimerspec spec = {{0, 0}, {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)}};
+  if (ns == 0) spec.it_value.tv_nsec = 0;
+  return timerfd_settime(fd, ns == 0 ? 0 : TFD_TIMER_ABSTIME, &spec, NULL);
+}
+
+#endif

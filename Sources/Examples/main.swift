@@ -1,0 +1,4 @@
+import Glibc
+import LoopDispatch
+
+print("placeholder")

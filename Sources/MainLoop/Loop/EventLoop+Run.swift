@@ -1,0 +1,69 @@
+import CLibevent
+
+/// Driving the loop: `run`, its bounded forms, and `stop`.
+extension EventLoop {
+  /// Runs the loop on the calling thread until ``stop()`` is called.
+  ///
+  /// The first thread that runs a loop becomes its only thread; ``main`` may only run on the
+  /// process main thread. Running from any other thread, or re-entering `run` from a handler,
+  /// is a client bug and traps with a `BUG IN CLIENT OF LOOPDISPATCH:` message.
+  public func run() {
+    _ = drive(until: { false }, deadline: .distantFuture)
+  }
+
+  /// Runs the loop until ``stop()`` is called or `deadline` passes (never earlier).
+  ///
+  /// - Returns: `true` if the deadline passed, `false` if the loop was stopped first.
+  @discardableResult
+  public func run(until deadline: Deadline) -> Bool {
+    drive(until: { false }, deadline: deadline) == .deadline
+  }
+
+  /// Runs the loop until `condition` holds, ``stop()`` is called, or `deadline` passes.
+  ///
+  /// `condition` is checked on the loop thread before the first turn and after every turn;
+  /// make it true from work that runs on the loop (or post a closure with ``execute(_:)``
+  /// after making it true elsewhere) so that a turn ends and it is seen.
+  ///
+  /// - Returns: `true` if `condition` held when the loop returned.
+  @discardableResult
+  public func run(until condition: () -> Bool, deadline: Deadline = .distantFuture) -> Bool {
+    drive(until: condition, deadline: deadline) == .condition
+  }
+
+  /// Asks the loop to return from ``run()`` after its current turn. Safe from any thread.
+  ///
+  /// The request is sticky: if the loop is not running, the next `run` returns after at most
+  /// one turn.
+  public func stop() {
+    stopRequested.store(true, ordering: .releasing)
+    if !isInLoopThread {
+      execute {}  // End the current epoll_wait.
+    }
+  }
+
+  private enum Exit { case stopped, deadline, condition }
+
+  private func drive(until condition: () -> Bool, deadline: Deadline) -> Exit {
+    bindToCurrentThread()
+    if running.exchange(true, ordering: .acquiringAndReleasing) {
+      clientBug("EventLoop \"\(name)\" run() re-entered from its own handler; a loop runs one turn at a time")
+    }
+    defer { running.store(false, ordering: .releasing) }
+    // A do-nothing timer makes sure a turn ends at the deadline.
+    let wakeAtDeadline = deadline == .distantFuture ? nil : schedule(at: deadline) {}
+    defer { wakeAtDeadline?.cancel() }
+    while true {
+      if stopRequested.load(ordering: .relaxed)
+        && stopRequested.exchange(false, ordering: .acquiringAndReleasing)
+      {
+        return .stopped
+      }
+      if condition() { return .condition }
+      if deadline != .distantFuture && Deadline.now >= deadline { return .deadline }
+      let result = event_base_loop(base, cl_evloop_once)
+      if result < 0 { internalBug("event_base_loop failed on loop \"\(name)\"") }
+      turns.wrappingAdd(1, ordering: .relaxed)
+    }
+  }
+}

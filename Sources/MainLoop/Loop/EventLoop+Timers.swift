@@ -1,0 +1,117 @@
+import CLoopShims
+
+/// Timers: a heap of deadlines on the loop thread and one timerfd armed for the earliest.
+///
+/// Firing walk-through (`handleTimerExpiry`, loop thread):
+/// 1. The timerfd (absolute `CLOCK_MONOTONIC`) becomes readable at or after the earliest
+///    deadline; the kernel never fires it early, and step 2 re-checks anyway.
+/// 2. Read the clock once; pop every timer whose deadline is at or before that instant.
+/// 3. A cancelled timer is dropped. A repeating timer is re-inserted at its next deadline
+///    after the instant (missed periods are skipped, not bunched) before its handler runs, so
+///    the handler may cancel it. A one-shot timer drops its closure before running it.
+/// 4. Re-arm the timerfd for the new earliest deadline (disarm when none is left), issuing a
+///    system call only when that deadline changed.
+extension EventLoop {
+  /// Runs `body` on the loop thread no earlier than `deadline`.
+  ///
+  /// Thread-safety: callable from any thread. ``Deadline/distantFuture`` never fires.
+  @discardableResult
+  public func schedule(at deadline: Deadline, _ body: @escaping @Sendable () -> Void) -> LoopTimer {
+    add(LoopTimer(loop: self, deadline: deadline.uptimeNanoseconds, interval: 0, handler: body))
+  }
+
+  /// Runs `body` on the loop thread no earlier than `delay` from now.
+  @discardableResult
+  public func schedule(after delay: Duration, _ body: @escaping @Sendable () -> Void) -> LoopTimer {
+    schedule(at: .now + delay, body)
+  }
+
+  /// Runs `body` on the loop thread every `interval`, first no earlier than `start`
+  /// (default: one interval from now). Each fire is no earlier than its slot; slots missed
+  /// while the loop was busy are skipped.
+  ///
+  /// An interval that is not positive is a client bug and traps.
+  @discardableResult
+  public func scheduleRepeating(
+    every interval: Duration, startingAt start: Deadline? = nil,
+    _ body: @escaping @Sendable () -> Void
+  ) -> LoopTimer {
+    let nanos = interval.saturatingNanoseconds
+    if nanos <= 0 { clientBug("repeating timer interval must be positive, got \(interval)") }
+    let first = start ?? (.now + interval)
+    return add(
+      LoopTimer(loop: self, deadline: first.uptimeNanoseconds, interval: UInt64(nanos), handler: body))
+  }
+
+  private func add(_ timer: LoopTimer) -> LoopTimer {
+    liveTimers.wrappingAdd(1, ordering: .relaxed)
+    if isInLoopThread {
+      insertTimer(timer)
+    } else {
+      execute { [self] in insertTimer(timer) }
+    }
+    return timer
+  }
+
+  /// Loop thread only.
+  private func insertTimer(_ timer: LoopTimer) {
+    if timer.isCancelled {
+      timer.handler = nil
+      liveTimers.wrappingSubtract(1, ordering: .relaxed)
+      return
+    }
+    timers.insert(timer)
+    if timers.first === timer { rearmTimerFD() }
+  }
+
+  /// Removes a cancelled timer and releases its closure. Loop thread only.
+  func removeTimer(_ timer: LoopTimer) {
+    if timer.heapIndex >= 0 {
+      timers.remove(timer)
+      liveTimers.wrappingSubtract(1, ordering: .relaxed)
+    }
+    timer.handler = nil
+    // The timerfd may stay armed for the removed deadline: the wake-up finds nothing due.
+  }
+
+  /// Runs when the timerfd is readable. Loop thread only.
+  func handleTimerExpiry() {
+    Syscall.drainCounter(timerFD)
+    armedTimerDeadline = 0  // A fired timerfd is disarmed.
+    let now = monotonicNanoseconds()
+    while let timer = timers.first, timer.deadline <= now {
+      timers.remove(timer)
+      // Acquiring; pairs with the releasing exchange in `LoopTimer.cancel()`.
+      guard !timer.isCancelled, let handler = timer.handler else {
+        timer.handler = nil
+        liveTimers.wrappingSubtract(1, ordering: .relaxed)
+        continue
+      }
+      if timer.isRepeating {
+        let periods = (now - timer.deadline) / timer.intervalNanoseconds + 1
+        let (next, overflow) = timer.deadline.addingReportingOverflow(
+          periods.multipliedReportingOverflow(by: timer.intervalNanoseconds).partialValue)
+        timer.deadline = overflow ? .max : next
+        timers.insert(timer)
+      } else {
+        timer.handler = nil
+        liveTimers.wrappingSubtract(1, ordering: .relaxed)
+      }
+      handler()
+    }
+    rearmTimerFD()
+  }
+
+  /// Arms the timerfd for the earliest deadline, or disarms it. Loop thread only.
+  private func rearmTimerFD() {
+    var wanted: UInt64 = 0
+    if let first = timers.first, first.deadline != .max {
+      wanted = max(first.deadline, 1)  // 0 would mean "disarm" to timerfd_settime.
+    }
+    if wanted == armedTimerDeadline { return }
+    if cls_timerfd_set_abs(timerFD, wanted) != 0 {
+      internalBug("timerfd_settime failed: errno \(cls_errno())")
+    }
+    armedTimerDeadline = wanted
+  }
+}

@@ -1,0 +1,197 @@
+import CLibevent
+import CLoopShims
+import Glibc
+import Synchronization
+
+/// One libevent `event_base` (epoll backend) driven by exactly one thread.
+///
+/// A loop turn, in order:
+/// 1. `epoll_wait` (inside libevent) sleeps until a descriptor is ready, a signal arrives,
+///    the timer descriptor expires or another thread posts work (the wake eventfd).
+/// 2. Ready fd and signal watches run their handlers.
+/// 3. If the timer descriptor fired: every timer whose deadline has passed runs, in deadline
+///    order, and the timer descriptor is re-armed for the next one.
+/// 4. If the wake eventfd fired: a bounded batch of posted closures runs (``batchLimit``);
+///    when more remain, the eventfd is re-signalled so the next turn polls fds first.
+/// 5. ``run()`` checks for ``stop()`` and its bound, then starts the next turn.
+///
+/// Threading: the loop is bound to the first thread that runs it (``main`` is bound to the
+/// process main thread from the start). The `event_base` and all loop-thread-only state are
+/// touched only by that thread; other threads talk to the loop through ``execute(_:)``,
+/// ``stop()`` and the thread-safe registration and cancel calls, which post to the inbox.
+public final class EventLoop: @unchecked Sendable {
+  // @unchecked Sendable: cross-thread state is atomic (`wakePending`, `stopRequested`,
+  // `ownerThread`, `running`, counters) or the lock-free `inbox`; everything else is only
+  // touched on the loop thread, as each property states.
+
+  /// The loop's name, for diagnostics.
+  public let name: String
+
+  /// How many posted closures one turn runs at most before polling descriptors again.
+  public let batchLimit: Int
+
+  /// The libevent base. Only touched on the loop thread.
+  let base: OpaquePointer
+  /// eventfd that wakes the loop when work is posted. Immutable.
+  let wakeFD: Int32
+  /// timerfd armed for the earliest timer (absolute `CLOCK_MONOTONIC`). Immutable.
+  let timerFD: Int32
+  /// Internal events for `wakeFD` and `timerFD`. Only touched on the loop thread.
+  private var wakeEvent: OpaquePointer?
+  private var timerEvent: OpaquePointer?
+
+  /// Posted closures. Lock-free; consumed only on the loop thread.
+  let inbox = Inbox()
+  /// Atomic. True while a wake-up is owed: producers write the eventfd only when they flip
+  /// it from false to true (one wake for many posts).
+  let wakePending = Atomic<Bool>(false)
+  /// Atomic. Set by `stop()`, consumed by `run`.
+  let stopRequested = Atomic<Bool>(false)
+  /// Atomic. Whether a `run` is in progress (guards re-entrance).
+  let running = Atomic<Bool>(false)
+  /// Atomic. The bound thread's `pthread_t`, or 0 while unbound. Written once.
+  private let ownerThread = Atomic<UInt>(0)
+  /// Immutable. Whether the loop is bound to the process main thread.
+  let isMainLoop: Bool
+
+  /// Timers ordered by deadline. Only touched on the loop thread.
+  var timers = TimerHeap()
+  /// The deadline the timer descriptor is armed for (0: disarmed). Only touched on the loop thread.
+  var armedTimerDeadline: UInt64 = 0
+  /// Atomic. Number of fd and signal registrations currently added to the base.
+  let liveRegistrations = Atomic<Int>(0)
+  /// Atomic. Number of timers scheduled and not yet finished or removed.
+  let liveTimers = Atomic<Int>(0)
+  /// Atomic. Completed loop turns.
+  let turns = Atomic<UInt64>(0)
+
+  /// The loop bound to the process main thread: the loop that `Queue.main` drains.
+  public static let main = EventLoop(name: "main", boundToMainThread: true)
+
+  /// Creates a loop that binds to the first thread that runs it.
+  ///
+  /// - Parameters:
+  ///   - name: A name for diagnostics.
+  ///   - batchLimit: Posted closures run per turn at most (at least 1).
+  public convenience init(name: String = "event-loop", batchLimit: Int = 1024) {
+    self.init(name: name, boundToMainThread: false, batchLimit: batchLimit)
+  }
+
+  init(name: String, boundToMainThread: Bool, batchLimit: Int = 1024) {
+    if batchLimit < 1 { clientBug("EventLoop batchLimit must be at least 1, got \(batchLimit)") }
+    EventLoop.enableLibeventThreading
+    self.name = name
+    self.batchLimit = batchLimit
+    self.isMainLoop = boundToMainThread
+    self.base = EventLoop.makeBase()
+    let wake = cls_eventfd(0, cls_efd_nonblock_cloexec)
+    let timer = cls_timerfd_create_monotonic()
+    if wake < 0 || timer < 0 { internalBug("eventfd/timerfd creation failed: errno \(errno)") }
+    self.wakeFD = wake
+    self.timerFD = timer
+    installInternalEvents()
+  }
+
+  deinit {
+    if running.load(ordering: .relaxed) { internalBug("EventLoop \(name) deallocated while running") }
+    for timer in timers.removeAll() { timer.handler = nil }
+    if let wakeEvent { event_free(wakeEvent) }
+    if let timerEvent { event_free(timerEvent) }
+    event_base_free(base)
+    Syscall.closeOwned(wakeFD)
+    Syscall.closeOwned(timerFD)
+  }
+
+  /// The raw libevent `event_base`, for your own libevent events.
+  ///
+  /// The base is created without libevent's internal lock (each base belongs to one thread):
+  /// touch it only on the loop thread, for example inside ``execute(_:)``.
+  public var rawBase: OpaquePointer { base }
+
+  /// Whether the calling thread is the loop's thread.
+  public var isInLoopThread: Bool {
+    if isMainLoop { return cls_is_main_thread_cached() != 0 }
+    let owner = ownerThread.load(ordering: .acquiring)
+    return owner != 0 && owner == pthread_self()
+  }
+
+  /// Whether ``run()`` (or a bounded run) is in progress.
+  public var isRunning: Bool { running.load(ordering: .acquiring) }
+
+  /// Number of fd and signal watches currently registered (not counting internal events).
+  public var registeredWatchCount: Int { liveRegistrations.load(ordering: .relaxed) }
+
+  /// Number of timers scheduled and not yet finished or cancelled-and-removed.
+  public var pendingTimerCount: Int { liveTimers.load(ordering: .relaxed) }
+
+  /// Number of completed loop turns.
+  public var turnCount: UInt64 { turns.load(ordering: .relaxed) }
+
+  /// Number of events libevent has added to the base, internal ones excluded. Loop thread
+  /// only; used by teardown checks.
+  public var libeventAddedEventCount: Int {
+    precondition(isInLoopThread || !isRunning, "libeventAddedEventCount read off the loop thread")
+    return Int(event_base_get_num_events(base, EVENT_BASE_COUNT_ADDED)) - 2
+  }
+
+  func registrationAdded() { liveRegistrations.wrappingAdd(1, ordering: .relaxed) }
+  func registrationRemoved() { liveRegistrations.wrappingSubtract(1, ordering: .relaxed) }
+
+  /// Binds the loop to the calling thread, or traps if it is bound to another one.
+  func bindToCurrentThread() {
+    if isMainLoop {
+      if cls_is_main_thread_cached() == 0 {
+        clientBug("EventLoop.main must run on the process main thread, not on thread \"\(NativeThread.currentName)\"")
+      }
+      return
+    }
+    let me = pthread_self()
+    let (bound, current) = ownerThread.compareExchange(
+      expected: 0, desired: me, ordering: .acquiringAndReleasing)
+    if !bound && current != me {
+      clientBug("EventLoop \"\(name)\" is bound to another thread; a loop is driven by exactly one thread")
+    }
+  }
+
+  // MARK: - Setup
+
+  /// Runs `evthread_use_pthreads()` once, before this process creates its first base, so
+  /// libevent's process-wide state (signal routing between bases) is lock-protected.
+  private static let enableLibeventThreading: Void = {
+    if evthread_use_pthreads() != 0 { internalBug("evthread_use_pthreads failed") }
+  }()
+
+  private static func makeBase() -> OpaquePointer {
+    guard let config = event_config_new() else { internalBug("event_config_new failed") }
+    defer { event_config_free(config) }
+    // Each base is touched by one thread only, so skip libevent's base lock; ignore EVENT_*
+    // environment variables so behaviour does not change under users' feet; epoll only.
+    let flags = EVENT_BASE_FLAG_NOLOCK.rawValue | EVENT_BASE_FLAG_IGNORE_ENV.rawValue
+    _ = event_config_set_flag(config, Int32(flags))
+    _ = event_config_avoid_method(config, "select")
+    _ = event_config_avoid_method(config, "poll")
+    guard let base = event_base_new_with_config(config) else {
+      internalBug("event_base_new_with_config failed (no epoll?)")
+    }
+    return base
+  }
+
+  private func installInternalEvents() {
+    // Safe: both events hold an unretained pointer to `self`; they are freed in `deinit`
+    // before `self` goes away, and only the loop thread dispatches them.
+    let context = Unmanaged.passUnretained(self).toOpaque()
+    wakeEvent = event_new(
+      base, wakeFD, cl_ev_read | cl_ev_persist,
+      { _, _, context in
+        Unmanaged<EventLoop>.fromOpaque(context!).takeUnretainedValue().handleWake()
+      }, context)
+    timerEvent = event_new(
+      base, timerFD, cl_ev_read | cl_ev_persist,
+      { _, _, context in
+        Unmanaged<EventLoop>.fromOpaque(context!).takeUnretainedValue().handleTimerExpiry()
+      }, context)
+    guard let wakeEvent, let timerEvent, event_add(wakeEvent, nil) == 0,
+      event_add(timerEvent, nil) == 0
+    else { internalBug("could not add the loop's internal events") }
+  }
+}

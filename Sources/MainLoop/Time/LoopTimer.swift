@@ -1,0 +1,131 @@
+import Synchronization
+
+/// A one-shot or repeating timer on an ``EventLoop``.
+///
+/// Created by ``EventLoop/schedule(at:_:)`` and its siblings. The handler runs on the loop
+/// thread no earlier than the deadline (checked against `CLOCK_MONOTONIC`, never libevent's
+/// coarse cached clock). Thread-safety: `cancel()` and `isCancelled` may be called from any
+/// thread; everything else about the timer is owned by its loop.
+public final class LoopTimer: @unchecked Sendable {
+  // @unchecked Sendable: `deadline`, `heapIndex`, `sequence` and `handler` are only touched on
+  // the loop thread (they are written before the timer is published to it through the inbox
+  // or are touched by the loop itself); `cancelled` is atomic.
+
+  /// The loop that owns this timer.
+  public let loop: EventLoop
+  /// The repeat interval in nanoseconds; 0 for a one-shot timer.
+  let intervalNanoseconds: UInt64
+  /// Next due time. Only touched on the loop thread once scheduled.
+  var deadline: UInt64
+  /// Tie-breaker so equal deadlines fire in scheduling order. Only touched on the loop thread.
+  var sequence: UInt64 = 0
+  /// Position in the loop's heap, or -1 when not in it. Only touched on the loop thread.
+  var heapIndex: Int = -1
+  /// The user's closure; dropped (releasing its captures) once the timer is done or cancelled.
+  /// Only touched on the loop thread.
+  var handler: (@Sendable () -> Void)?
+  /// Atomic. Set once by `cancel()`; the loop checks it (acquiring) before each fire.
+  private let cancelled = Atomic<Bool>(false)
+
+  init(loop: EventLoop, deadline: UInt64, interval: UInt64, handler: @escaping @Sendable () -> Void) {
+    self.loop = loop
+    self.deadline = deadline
+    self.intervalNanoseconds = interval
+    self.handler = handler
+  }
+
+  /// Whether ``cancel()`` has been called.
+  public var isCancelled: Bool { cancelled.load(ordering: .acquiring) }
+
+  /// Whether the timer repeats.
+  public var isRepeating: Bool { intervalNanoseconds != 0 }
+
+  /// Cancels the timer. Safe from any thread and idempotent.
+  ///
+  /// Once `cancel()` has returned, the handler does not start again. Called on the loop
+  /// thread, the closure (and what it captured) is released before `cancel()` returns;
+  /// from another thread, it is released on the loop's next turn.
+  public func cancel() {
+    // Releasing; pairs with the acquiring load in `EventLoop.fireDueTimers()`.
+    if cancelled.exchange(true, ordering: .acquiringAndReleasing) { return }
+    if loop.isInLoopThread {
+      loop.removeTimer(self)
+    } else {
+      loop.execute { [self] in loop.removeTimer(self) }
+    }
+  }
+}
+
+/// A binary min-heap of timers ordered by (deadline, sequence), with each timer's index
+/// stored in it for O(log n) removal. Only touched on the loop thread.
+struct TimerHeap {
+  private(set) var storage: [LoopTimer] = []
+  private var nextSequence: UInt64 = 0
+
+  var count: Int { storage.count }
+  var first: LoopTimer? { storage.first }
+
+  mutating func insert(_ timer: LoopTimer) {
+    timer.sequence = nextSequence
+    nextSequence &+= 1
+    timer.heapIndex = storage.count
+    storage.append(timer)
+    siftUp(storage.count - 1)
+  }
+
+  mutating func remove(_ timer: LoopTimer) {
+    let index = timer.heapIndex
+    guard index >= 0, index < storage.count, storage[index] === timer else { return }
+    let last = storage.count - 1
+    if index != last {
+      storage.swapAt(index, last)
+      storage[index].heapIndex = index
+    }
+    storage.removeLast()
+    timer.heapIndex = -1
+    if index < storage.count {
+      siftDown(index)
+      siftUp(index)
+    }
+  }
+
+  mutating func removeAll() -> [LoopTimer] {
+    let all = storage
+    for timer in all { timer.heapIndex = -1 }
+    storage.removeAll()
+    return all
+  }
+
+  private func less(_ a: Int, _ b: Int) -> Bool {
+    let x = storage[a]
+    let y = storage[b]
+    return x.deadline != y.deadline ? x.deadline < y.deadline : x.sequence < y.sequence
+  }
+
+  private mutating func siftUp(_ start: Int) {
+    var child = start
+    while child > 0 {
+      let parent = (child - 1) / 2
+      guard less(child, parent) else { break }
+      storage.swapAt(child, parent)
+      storage[child].heapIndex = child
+      storage[parent].heapIndex = parent
+      child = parent
+    }
+  }
+
+  private mutating func siftDown(_ start: Int) {
+    var parent = start
+    while true {
+      let left = 2 * parent + 1
+      guard left < storage.count else { break }
+      var smallest = left
+      if left + 1 < storage.count && less(left + 1, left) { smallest = left + 1 }
+      guard less(smallest, parent) else { break }
+      storage.swapAt(smallest, parent)
+      storage[smallest].heapIndex = smallest
+      storage[parent].heapIndex = parent
+      parent = smallest
+    }
+  }
+}

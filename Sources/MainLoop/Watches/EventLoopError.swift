@@ -1,0 +1,32 @@
+/// Why an ``EventLoop`` refused a registration.
+public enum EventLoopError: Error, Sendable, Equatable, CustomStringConvertible {
+  /// The file descriptor is negative.
+  case negativeDescriptor(Int32)
+  /// The file descriptor is not open (never opened, or already closed).
+  case closedDescriptor(Int32)
+  /// The descriptor refers to something epoll cannot watch (a regular file or a directory).
+  case notPollable(Int32, kind: String)
+  /// The signal number is out of range or cannot be caught (`SIGKILL`, `SIGSTOP`).
+  case invalidSignal(Int32)
+  /// Another loop in this process already watches signals; only one loop may.
+  case signalsOwnedByAnotherLoop(owner: String)
+  /// libevent or the kernel refused the registration; `errno` is attached.
+  case registrationFailed(errno: Int32)
+
+  public var description: String {
+    switch self {
+    case .negativeDescriptor(let fd):
+      return "file descriptor \(fd) is negative"
+    case .closedDescriptor(let fd):
+      return "file descriptor \(fd) is not open"
+    case .notPollable(let fd, let kind):
+      return "file descriptor \(fd) is a \(kind), which epoll cannot watch"
+    case .invalidSignal(let signo):
+      return "signal \(signo) cannot be watched"
+    case .signalsOwnedByAnotherLoop(let owner):
+      return "signals are already watched by event loop \"\(owner)\"; only one loop may watch signals"
+    case .registrationFailed(let code):
+      return "event registration failed (errno \(code))"
+    }
+  }
+}

@@ -1,0 +1,129 @@
+import CLibevent
+import Glibc
+import Synchronization
+
+/// The libevent `struct event` behind an ``FDWatch`` or ``SignalWatch``, and its cancel
+/// protocol.
+///
+/// Cancel walk-through:
+/// 1. `cancel()` (any thread) sets `cancelled` with a releasing exchange. From then on the
+///    loop's dispatch (`fire`) sees it with its acquiring load and starts no handler.
+/// 2. The removal itself (`event_del` + `event_free`) happens on the loop thread: at once if
+///    `cancel()` runs there, otherwise on the loop's next turn through the inbox.
+/// 3. After removal the completion closures run on the loop thread, in order. By then no
+///    handler is running and none will start, so a completion may close the descriptor.
+/// 4. The loop's retain on this object (taken when the event was added) is dropped last.
+final class EventRegistration: @unchecked Sendable {
+  // @unchecked Sendable: `event`, `state` and `completions` are only touched on the loop
+  // thread; `cancelled` is atomic; the rest is immutable.
+
+  // Strong: a loop with live registrations stays alive until they are cancelled.
+  let loop: EventLoop
+  let handler: @Sendable (Int16) -> Void
+  let descriptor: String
+
+  private enum State { case pending, added, removed }
+  /// Only touched on the loop thread.
+  private var state = State.pending
+  /// The libevent event. Only touched on the loop thread (created on the registering thread
+  /// before the object is published).
+  private var event: OpaquePointer?
+  /// Only touched on the loop thread.
+  private var completions: [@Sendable () -> Void] = []
+  /// Atomic; see the walk-through.
+  private let cancelled = Atomic<Bool>(false)
+
+  init(loop: EventLoop, descriptor: String, handler: @escaping @Sendable (Int16) -> Void) {
+    self.loop = loop
+    self.descriptor = descriptor
+    self.handler = handler
+  }
+
+  var isCancelled: Bool { cancelled.load(ordering: .acquiring) }
+
+  /// Creates the libevent event and adds it to the loop's base. Loop thread only.
+  /// Returns 0, or an errno when libevent refuses.
+  func addOnLoop(fd: Int32, events: Int16) -> Int32 {
+    precondition(state == .pending)
+    if isCancelled {
+      finish()
+      return 0
+    }
+    // Safe: the context pointer stays valid because the loop holds a +1 retain on `self`
+    // from here until `finish()`, which runs only after `event_free`.
+    let context = Unmanaged.passRetained(self).toOpaque()
+    guard
+      let created = event_new(
+        loop.base, fd, events,
+        { _, what, context in
+          Unmanaged<EventRegistration>.fromOpaque(context!).takeUnretainedValue().fire(what)
+        }, context)
+    else {
+      Unmanaged<EventRegistration>.fromOpaque(context).release()
+      return ENOMEM
+    }
+    errno = 0
+    if event_add(created, nil) != 0 {
+      let code = errno == 0 ? EINVAL : errno
+      event_free(created)
+      Unmanaged<EventRegistration>.fromOpaque(context).release()
+      state = .removed
+      return code
+    }
+    event = created
+    state = .added
+    loop.registrationAdded()
+    return 0
+  }
+
+  /// Runs the handler unless cancelled. Loop thread only (called by libevent).
+  @inline(__always)
+  private func fire(_ what: Int16) {
+    // Acquiring; pairs with the releasing exchange in `cancel()`.
+    if cancelled.load(ordering: .acquiring) { return }
+    handler(what)
+  }
+
+  /// Requests cancellation; `completion` runs on the loop thread once the event is removed.
+  func cancel(then completion: (@Sendable () -> Void)?) {
+    // Releasing; pairs with the acquiring load in `fire`.
+    cancelled.store(true, ordering: .releasing)
+    if loop.isInLoopThread {
+      removeOnLoop(adding: completion)
+    } else {
+      loop.execute { [self] in removeOnLoop(adding: completion) }
+    }
+  }
+
+  /// Loop thread only.
+  private func removeOnLoop(adding completion: (@Sendable () -> Void)?) {
+    if let completion { completions.append(completion) }
+    switch state {
+    case .pending:
+      // Still waiting for its add in the inbox; `addOnLoop` sees the flag and finishes.
+      return
+    case .added:
+      if let event {
+        event_del(event)
+        event_free(event)
+        self.event = nil
+      }
+      loop.registrationRemoved()
+      state = .removed
+      // Drop the loop's retain, taken in `addOnLoop`, after running completions.
+      let retained = Unmanaged.passUnretained(self)
+      finish()
+      retained.release()
+    case .removed:
+      finish()
+    }
+  }
+
+  /// Runs and clears pending completions. Loop thread only.
+  private func finish() {
+    state = .removed
+    let pending = completions
+    completions = []
+    for completion in pending { completion() }
+  }
+}

@@ -1,0 +1,113 @@
+import CLibevent
+import Glibc
+
+/// Which readiness an ``FDWatch`` reports.
+public enum FDInterest: Sendable, Hashable, CustomStringConvertible {
+  /// The descriptor has data to read, a pending connection, or hang-up/error.
+  case read
+  /// The descriptor can accept writes, or has hang-up/error.
+  case write
+
+  var libeventFlags: Int16 { self == .read ? cl_ev_read : cl_ev_write }
+
+  public var description: String { self == .read ? "read" : "write" }
+}
+
+/// A level-triggered readiness watch on a file descriptor, registered with
+/// ``EventLoop/watch(fd:for:_:)``.
+///
+/// The handler runs on the loop thread every turn in which the descriptor is ready, until the
+/// watch is cancelled. Read and write watches on one descriptor are independent.
+///
+/// ## Closing the descriptor safely
+/// Never close a watched descriptor first: its number may be reused at once by another
+/// thread. Cancel the watch and close in the completion, which runs on the loop thread once
+/// the watch is removed and no handler can start:
+///
+/// ```swift
+/// watch.cancel { close(fd) }
+/// ```
+///
+/// Thread-safety: `cancel(then:)` and `isCancelled` may be called from any thread.
+public final class FDWatch: Sendable {
+  /// The watched descriptor.
+  public let fd: Int32
+  /// What the watch reports.
+  public let interest: FDInterest
+  let registration: EventRegistration
+
+  init(fd: Int32, interest: FDInterest, registration: EventRegistration) {
+    self.fd = fd
+    self.interest = interest
+    self.registration = registration
+  }
+
+  /// Whether ``cancel(then:)`` has been called.
+  public var isCancelled: Bool { registration.isCancelled }
+
+  /// Stops the watch. Safe from any thread; calling it again only adds a completion.
+  ///
+  /// Once this returns, no new handler call starts. `completion` runs on the loop thread after
+  /// the watch is removed from the loop (immediately, before returning, when called on the
+  /// loop thread), when no handler is running: the place to close the descriptor.
+  public func cancel(then completion: (@Sendable () -> Void)? = nil) {
+    registration.cancel(then: completion)
+  }
+}
+
+extension EventLoop {
+  /// Watches `fd` for `interest`; `handler` runs on the loop thread while it is ready.
+  ///
+  /// - Parameters:
+  ///   - fd: An open, pollable descriptor (socket, pipe, tty, eventfd, ...), preferably
+  ///     non-blocking.
+  ///   - interest: ``FDInterest/read`` or ``FDInterest/write``.
+  ///   - handler: Runs on the loop thread each turn the descriptor is ready (level-triggered).
+  /// - Throws: ``EventLoopError`` for a negative or closed descriptor, a regular file or a
+  ///   directory, or a registration the kernel refuses.
+  /// - Thread-safety: callable from any thread. Off the loop thread the descriptor is checked
+  ///   at once and the registration completes on the loop's next turn.
+  public func watch(
+    fd: Int32, for interest: FDInterest, _ handler: @escaping @Sendable () -> Void
+  ) throws(EventLoopError) -> FDWatch {
+    try Self.validatePollable(fd)
+    let registration = EventRegistration(loop: self, descriptor: "fd \(fd) \(interest)") { _ in
+      handler()
+    }
+    let flags = interest.libeventFlags | cl_ev_persist
+    try register(registration, fd: fd, events: flags)
+    return FDWatch(fd: fd, interest: interest, registration: registration)
+  }
+
+  /// Adds `registration` now on the loop thread (throwing on failure) or posts the add.
+  func register(_ registration: EventRegistration, fd: Int32, events: Int16) throws(EventLoopError) {
+    if isInLoopThread {
+      let code = registration.addOnLoop(fd: fd, events: events)
+      if code != 0 { throw .registrationFailed(errno: code) }
+    } else {
+      execute {
+        let code = registration.addOnLoop(fd: fd, events: events)
+        if code != 0 {
+          writeStandardError(
+            "LoopDispatch: \(registration.descriptor) could not be registered (errno \(code)); "
+              + "the watch is cancelled\n")
+          registration.cancel(then: nil)
+        }
+      }
+    }
+  }
+
+  /// Checks that `fd` is open and that epoll can watch it.
+  static func validatePollable(_ fd: Int32) throws(EventLoopError) {
+    if fd < 0 { throw .negativeDescriptor(fd) }
+    var info = stat()
+    if fstat(fd, &info) != 0 {
+      throw errno == EBADF ? .closedDescriptor(fd) : .registrationFailed(errno: errno)
+    }
+    switch info.st_mode & S_IFMT {
+    case S_IFREG: throw .notPollable(fd, kind: "regular file")
+    case S_IFDIR: throw .notPollable(fd, kind: "directory")
+    default: return
+    }
+  }
+}
