@@ -38,7 +38,7 @@ let package = Package(
       dependencies: ["LoopDispatch", "MainLoop"],
       swiftSettings: strict
     ),
-    .testTarget(name: "MainLoopTests", dependencies: ["MainLoop", "CLoopShims"]),
+    .testTarget(name: "MainLoopTests", dependencies: ["MainLoop", "CLibevent", "CLoopShims"]),
     .testTarget(name: "LoopDispatchTests", dependencies: ["LoopDispatch"]),
     .testTarget(name: "ExamplesTests", dependencies: ["Examples"]),
   ],

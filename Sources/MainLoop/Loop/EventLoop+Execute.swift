@@ -30,6 +30,7 @@ extension EventLoop {
     if !wakePending.load(ordering: .sequentiallyConsistent)
       && !wakePending.exchange(true, ordering: .sequentiallyConsistent)
     {
+      wakeWrites.wrappingAdd(1, ordering: .relaxed)
       Syscall.signalEventfd(wakeFD)
     }
   }

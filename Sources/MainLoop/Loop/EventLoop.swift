@@ -64,6 +64,8 @@ public final class EventLoop: @unchecked Sendable {
   let liveTimers = Atomic<Int>(0)
   /// Atomic. Completed loop turns.
   let turns = Atomic<UInt64>(0)
+  /// Atomic. Writes to the wake eventfd (one per batch of posts, not one per post).
+  let wakeWrites = Atomic<UInt64>(0)
 
   /// The loop bound to the process main thread: the loop that `Queue.main` drains.
   public static let main = EventLoop(name: "main", boundToMainThread: true)
@@ -126,6 +128,10 @@ public final class EventLoop: @unchecked Sendable {
 
   /// Number of completed loop turns.
   public var turnCount: UInt64 { turns.load(ordering: .relaxed) }
+
+  /// Number of wake-ups written to the loop's eventfd: one per batch of posts that found the
+  /// loop without a pending wake-up, not one per post.
+  public var wakeupCount: UInt64 { wakeWrites.load(ordering: .relaxed) }
 
   /// Number of events libevent has added to the base, internal ones excluded. Loop thread
   /// only; used by teardown checks.

@@ -21,6 +21,8 @@ final class EventRegistration: @unchecked Sendable {
   let loop: EventLoop
   let handler: @Sendable (Int16) -> Void
   let descriptor: String
+  /// Runs once, on the loop thread, when the registration reaches its final state.
+  let onRemoved: (@Sendable () -> Void)?
 
   private enum State { case pending, added, removed }
   /// Only touched on the loop thread.
@@ -33,9 +35,13 @@ final class EventRegistration: @unchecked Sendable {
   /// Atomic; see the walk-through.
   private let cancelled = Atomic<Bool>(false)
 
-  init(loop: EventLoop, descriptor: String, handler: @escaping @Sendable (Int16) -> Void) {
+  init(
+    loop: EventLoop, descriptor: String, onRemoved: (@Sendable () -> Void)? = nil,
+    handler: @escaping @Sendable (Int16) -> Void
+  ) {
     self.loop = loop
     self.descriptor = descriptor
+    self.onRemoved = onRemoved
     self.handler = handler
   }
 
@@ -67,7 +73,7 @@ final class EventRegistration: @unchecked Sendable {
       let code = errno == 0 ? EINVAL : errno
       event_free(created)
       Unmanaged<EventRegistration>.fromOpaque(context).release()
-      state = .removed
+      finish()
       return code
     }
     event = created
@@ -109,7 +115,6 @@ final class EventRegistration: @unchecked Sendable {
         self.event = nil
       }
       loop.registrationRemoved()
-      state = .removed
       // Drop the loop's retain, taken in `addOnLoop`, after running completions.
       let retained = Unmanaged.passUnretained(self)
       finish()
@@ -119,9 +124,12 @@ final class EventRegistration: @unchecked Sendable {
     }
   }
 
-  /// Runs and clears pending completions. Loop thread only.
+  /// Enters the final state (once) and runs pending completions. Loop thread only.
   private func finish() {
-    state = .removed
+    if state != .removed {
+      state = .removed
+      onRemoved?()
+    }
     let pending = completions
     completions = []
     for completion in pending { completion() }

@@ -30,10 +30,11 @@ public final class SignalWatch: Sendable {
   }
 }
 
-/// The loop that watches signals. libevent routes all signals of a process to one event
-/// base at a time, so the first loop to watch a signal keeps the role.
+/// The loop that watches signals, and how many signal watches it has. libevent routes all
+/// signals of a process to one event base at a time, so the loop that first watches a signal
+/// keeps the role until its last signal watch is removed.
 /// Protected by: the mutex.
-private let signalOwner = Mutex<(id: ObjectIdentifier, name: String)?>(nil)
+private let signalOwner = Mutex<(id: ObjectIdentifier, name: String, watches: Int)?>(nil)
 
 extension EventLoop {
   /// Watches `signal`; `handler` runs on the loop thread once per delivery batch.
@@ -50,13 +51,21 @@ extension EventLoop {
     }
     let me = ObjectIdentifier(self)
     let ownerName = signalOwner.withLock { owner -> String? in
-      if owner == nil { owner = (me, name) }
-      return owner!.id == me ? nil : owner!.name
+      if owner == nil { owner = (me, name, 0) }
+      if owner!.id != me { return owner!.name }
+      owner!.watches += 1
+      return nil
     }
     if let ownerName { throw .signalsOwnedByAnotherLoop(owner: ownerName) }
-    let registration = EventRegistration(loop: self, descriptor: "signal \(signal)") { _ in
-      handler()
-    }
+    let registration = EventRegistration(
+      loop: self, descriptor: "signal \(signal)",
+      onRemoved: {
+        signalOwner.withLock { owner in
+          owner!.watches -= 1
+          if owner!.watches == 0 { owner = nil }
+        }
+      }
+    ) { _ in handler() }
     try register(registration, fd: signal, events: cl_ev_signal | cl_ev_persist)
     return SignalWatch(signal: signal, registration: registration)
   }

@@ -1,0 +1,30 @@
+// swift-tools-version: 6.0
+// LoopDispatch benchmarks: LoopDispatch against raw libevent and Apple's Dispatch, one table.
+// Run from the repository root with `make bench`, or here with
+// `swift run -c release Benchmarks [filter...] [--repeat N]`.
+import PackageDescription
+
+let package = Package(
+  name: "Benchmarks",
+  dependencies: [
+    // The root package; its directory is not called "LoopDispatch", so name it explicitly.
+    .package(name: "LoopDispatch", path: "..")
+  ],
+  targets: [
+    // The baseline: libevent driven directly from C, no Swift in the hot path.
+    .target(
+      name: "CRawLibevent",
+      linkerSettings: [.linkedLibrary("event_core")]
+    ),
+    .executableTarget(
+      name: "Benchmarks",
+      dependencies: [
+        "CRawLibevent",
+        .product(name: "MainLoop", package: "LoopDispatch"),
+        .product(name: "LoopDispatch", package: "LoopDispatch"),
+      ],
+      swiftSettings: [.enableUpcomingFeature("ExistentialAny")]
+    ),
+  ],
+  swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,165 @@
+/// The measuring core: a ``Benchmark`` is one comparison (ours against a rival), measured
+/// several times and reduced to a ``Row`` of medians.
+///
+/// Measuring walk-through (`Harness.measure`):
+/// 1. Run each side `warmups` times and discard the figures (page faults, lazy statics,
+///    thread creation in the rival's pool).
+/// 2. Run the two sides alternately, ours first, `repeats` times, so slow drift of the
+///    machine (frequency, noisy neighbours) hits both sides alike.
+/// 3. Keep the median of each side; the spread (half the range over the median) tells how far
+///    to trust it.
+
+/// Whether a smaller or a larger figure is better.
+enum Direction: Sendable {
+  case lowerIsBetter
+  case higherIsBetter
+}
+
+/// The goal a row is held to, as shown in the table and checked against the medians.
+struct Target {
+  /// What the table shows, e.g. "≤ 1.2x raw libevent".
+  let text: String
+  /// Whether the medians meet the goal. `ratio` is ``Row/ratio``.
+  let isMet: (_ ours: Double, _ ratio: Double) -> Bool
+
+  /// Our cost at most `limit` times the rival's (see ``Row/ratio``).
+  static func ratioAtMost(_ limit: Double, _ rivalName: String) -> Target {
+    Target(text: "≤ \(formatted(limit))x \(rivalName)") { _, ratio in ratio <= limit }
+  }
+
+  /// Our figure at least `value`, shown as `text`.
+  static func oursAtLeast(_ value: Double, _ text: String) -> Target {
+    Target(text: text) { ours, _ in ours >= value }
+  }
+
+  /// Our figure at most `value`, shown as `text`.
+  static func oursAtMost(_ value: Double, _ text: String) -> Target {
+    Target(text: text) { ours, _ in ours <= value }
+  }
+}
+
+/// A second table row computed from the same runs in another unit (e.g. ns/post beside
+/// M posts/s). `convert` must be monotonic, so the median converts to the median.
+struct DerivedFigure {
+  let unit: String
+  let direction: Direction
+  let target: Target?
+  let convert: (Double) -> Double
+}
+
+/// One comparison: how to measure our side and the rival's side once, in the same unit.
+struct Benchmark {
+  /// Short identifier for the command-line filter, e.g. "pingpong".
+  let key: String
+  /// The row title, e.g. "fd ping-pong, 100k round trips (one loop)".
+  let name: String
+  let unit: String
+  let direction: Direction
+  /// Who we are compared with, e.g. "raw libevent" or "Dispatch".
+  let rivalName: String
+  let target: Target?
+  /// Measures LoopDispatch once and returns the figure in `unit`.
+  let ours: () -> Double
+  /// Measures the rival once and returns the figure in `unit`.
+  let rival: () -> Double
+  /// Extra rows from the same runs.
+  var derived: [DerivedFigure] = []
+}
+
+/// A named list of benchmarks (one per area: mainloop, queues, timers, sources).
+struct BenchmarkGroup {
+  let name: String
+  let benchmarks: [Benchmark]
+}
+
+/// Raw figures of one benchmark, one per run.
+struct Samples {
+  var ours: [Double] = []
+  var rival: [Double] = []
+}
+
+/// One line of the result table: medians of both sides.
+struct Row {
+  let name: String
+  /// LoopDispatch's median.
+  let ours: Double
+  /// The rival's median.
+  let rival: Double
+  let rivalName: String
+  let unit: String
+  let direction: Direction
+  let target: Target?
+  /// Half the range of our runs over the median (0.03 = ±3%).
+  let oursSpread: Double
+  /// The same for the rival.
+  let rivalSpread: Double
+
+  /// Our cost relative to the rival's: ours/rival when lower is better, rival/ours when
+  /// higher is better. Below 1 means LoopDispatch wins.
+  var ratio: Double {
+    switch direction {
+    case .lowerIsBetter: ours / rival
+    case .higherIsBetter: rival / ours
+    }
+  }
+
+  /// Whether the target is met, or nil when the row has none.
+  var targetMet: Bool? { target.map { $0.isMet(ours, ratio) } }
+}
+
+enum Harness {
+  /// Runs `benchmark` as described at the top of this file.
+  static func measure(_ benchmark: Benchmark, repeats: Int, warmups: Int) -> Samples {
+    for _ in 0..<warmups {
+      _ = benchmark.ours()
+      _ = benchmark.rival()
+    }
+    var samples = Samples()
+    for _ in 0..<repeats {
+      samples.ours.append(benchmark.ours())
+      samples.rival.append(benchmark.rival())
+    }
+    return samples
+  }
+
+  /// The table rows for `benchmark`: its own, then one per derived figure.
+  static func rows(for benchmark: Benchmark, from samples: Samples) -> [Row] {
+    var rows = [
+      Row(
+        name: benchmark.name, ours: median(samples.ours), rival: median(samples.rival),
+        rivalName: benchmark.rivalName, unit: benchmark.unit, direction: benchmark.direction,
+        target: benchmark.target, oursSpread: spread(samples.ours),
+        rivalSpread: spread(samples.rival))
+    ]
+    for figure in benchmark.derived {
+      let ours = samples.ours.map(figure.convert)
+      let rival = samples.rival.map(figure.convert)
+      rows.append(
+        Row(
+          name: benchmark.name, ours: median(ours), rival: median(rival),
+          rivalName: benchmark.rivalName, unit: figure.unit, direction: figure.direction,
+          target: figure.target, oursSpread: spread(ours), rivalSpread: spread(rival)))
+    }
+    return rows
+  }
+
+  /// The median (mean of the middle two for an even count).
+  static func median(_ values: [Double]) -> Double {
+    precondition(!values.isEmpty, "median of no samples")
+    let sorted = values.sorted()
+    let middle = sorted.count / 2
+    return sorted.count % 2 == 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2
+  }
+
+  /// Half the range over the median.
+  static func spread(_ values: [Double]) -> Double {
+    guard let low = values.min(), let high = values.max() else { return 0 }
+    let middle = median(values)
+    return middle == 0 ? 0 : (high - low) / 2 / middle
+  }
+}
+
+/// Stops the benchmark run with a message: a benchmark that cannot produce a figure is broken.
+func benchmarkFailure(_ message: String) -> Never {
+  fatalError("benchmark failed: \(message)")
+}
