@@ -1,6 +1,7 @@
 import Glibc
 @testable import MainLoop
 import Synchronization
+import Testing
 
 /// Runs `loop` on a dedicated thread for the duration of `body`, then stops and joins it.
 func withLoopThread<T>(
@@ -67,4 +68,20 @@ final class Pipe: @unchecked Sendable {
 func expectClean(_ loop: EventLoop) -> Bool {
   loop.registeredWatchCount == 0 && loop.pendingTimerCount == 0
     && loop.libeventAddedEventCount == 0
+}
+
+/// A connected AF_UNIX stream socket pair.
+func socketPair() -> [Int32] {
+  var fds: [Int32] = [0, 0]
+  precondition(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0)
+  return fds
+}
+
+/// A loop bound to the calling thread (by a zero-length run), so that registrations and
+/// cancellations made here take effect at once instead of being posted.
+func boundLoop(_ name: String) -> EventLoop {
+  let loop = EventLoop(name: name)
+  loop.run(until: .now)
+  #expect(loop.isInLoopThread)
+  return loop
 }
