@@ -33,7 +33,7 @@ test-unit: deps
 ## test-leaks: MainLoop tests under AddressSanitizer, whose LeakSanitizer fails the run on a leak.
 test-leaks: deps
 	ASAN_OPTIONS=detect_leaks=1 $(SWIFT) test --scratch-path .build/asan --sanitize=address \
-	  $(WERROR) --filter MainLoopTests
+	  $(WERROR) --disable-xctest --filter MainLoopTests
 
 ## test-tsan: tests under ThreadSanitizer.
 test-tsan: deps

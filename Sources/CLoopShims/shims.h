@@ -4,14 +4,13 @@
 #ifndef LOOPDISPATCH_CLOOPSHIMS_H
 #define LOOPDISPATCH_CLOOPSHIMS_H
 
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
+// No _GNU_SOURCE here: headers seen with other feature macros than Glibc's module would be
+// imported as conflicting definitions. The GNU-only calls go through syscall/prctl instead.
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
-#include <sched.h>
+#include <sys/prctl.h>
 #include <stdint.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
@@ -39,19 +38,24 @@ static inline int cls_set_thread_name(const char *name) {
   int i = 0;
   for (; i < 15 && name[i] != 0; i++) buf[i] = name[i];
   buf[i] = 0;
-  return pthread_setname_np(pthread_self(), buf);
+  return prctl(PR_SET_NAME, (unsigned long)buf, 0, 0, 0);
 }
 
-static inline int cls_get_thread_name(char *buf, size_t len) {
-  return pthread_getname_np(pthread_self(), buf, len);
+/// Copies the calling thread's name into `buf` (at least 16 bytes).
+static inline int cls_get_thread_name(char *buf) {
+  return prctl(PR_GET_NAME, (unsigned long)buf, 0, 0, 0);
 }
 
-/// CPUs this process may run on (sched_getaffinity), at least 1.
+/// CPUs this process may run on (the sched_getaffinity mask), at least 1.
 static inline int cls_available_cpus(void) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return (int)sysconf(_SC_NPROCESSORS_ONLN);
-  int n = CPU_COUNT(&set);
+  unsigned long mask[16] = {0};  // Up to 1024 CPUs.
+  long bytes = syscall(SYS_sched_getaffinity, 0, sizeof(mask), mask);
+  if (bytes <= 0) {
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    return online > 0 ? (int)online : 1;
+  }
+  int n = 0;
+  for (long i = 0; i < bytes / (long)sizeof(unsigned long); i++) n += __builtin_popcountl(mask[i]);
   return n > 0 ? n : 1;
 }
 

@@ -1,4 +1,30 @@
 import Glibc
 import LoopDispatch
 
-print("placeholder")
+/// `Examples <subcommand>`: small programs that show the runtime. `make run` runs the default.
+let subcommands: [(name: String, summary: String, run: () -> Int32)] = [
+  ("loop", "the main event loop: timers, an fd watch, cross-thread posts, a signal", runLoopDemo)
+]
+
+let arguments = CommandLine.arguments.dropFirst()
+let requested = arguments.first ?? "loop"
+if requested == "help" || requested == "--help" {
+  print("usage: Examples [subcommand]\n")
+  for command in subcommands { print("  \(command.name.padding(12))\(command.summary)") }
+  exit(0)
+}
+guard let command = subcommands.first(where: { $0.name == requested }) else {
+  writeError("Examples: unknown subcommand '\(requested)'; try 'Examples help'\n")
+  exit(2)
+}
+exit(command.run())
+
+func writeError(_ text: String) {
+  _ = text.withCString { write(2, $0, strlen($0)) }
+}
+
+extension String {
+  func padding(_ width: Int) -> String {
+    count >= width ? self + " " : self + String(repeating: " ", count: width - count)
+  }
+}

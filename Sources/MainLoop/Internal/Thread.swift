@@ -51,7 +51,7 @@ package struct NativeThread: Sendable {
   /// The calling thread's name.
   package static var currentName: String {
     var buffer = [CChar](repeating: 0, count: 32)
-    _ = cls_get_thread_name(&buffer, buffer.count)
+    _ = cls_get_thread_name(&buffer)
     return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
   }
 }

@@ -12,14 +12,18 @@ import Synchronization
 ///    `cancel()` runs there, otherwise on the loop's next turn through the inbox.
 /// 3. After removal the completion closures run on the loop thread, in order. By then no
 ///    handler is running and none will start, so a completion may close the descriptor.
-/// 4. The loop's retain on this object (taken when the event was added) is dropped last.
+/// 4. The handler closure is released, then the loop's retain on this object (taken when
+///    the event was added) is dropped last.
 final class EventRegistration: @unchecked Sendable {
   // @unchecked Sendable: `event`, `state` and `completions` are only touched on the loop
   // thread; `cancelled` is atomic; the rest is immutable.
 
   // Strong: a loop with live registrations stays alive until they are cancelled.
   let loop: EventLoop
-  let handler: @Sendable (Int16) -> Void
+  /// The user's handler; dropped on removal so that a handler capturing its own watch (a
+  /// common pattern) does not keep the watch and its loop alive. Only touched on the loop
+  /// thread after init.
+  private var handler: (@Sendable (Int16) -> Void)?
   let descriptor: String
   /// Runs once, on the loop thread, when the registration reaches its final state.
   let onRemoved: (@Sendable () -> Void)?
@@ -87,7 +91,7 @@ final class EventRegistration: @unchecked Sendable {
   private func fire(_ what: Int16) {
     // Acquiring; pairs with the releasing exchange in `cancel()`.
     if cancelled.load(ordering: .acquiring) { return }
-    handler(what)
+    handler?(what)
   }
 
   /// Requests cancellation; `completion` runs on the loop thread once the event is removed.
@@ -128,6 +132,7 @@ final class EventRegistration: @unchecked Sendable {
   private func finish() {
     if state != .removed {
       state = .removed
+      handler = nil
       onRemoved?()
     }
     let pending = completions

@@ -28,6 +28,16 @@ func formatted(_ value: Double) -> String {
 
 /// A fraction as a percentage, e.g. "±3%".
 func formattedSpread(_ fraction: Double) -> String {
+  guard fraction.isFinite else { return "n/a" }
   let percent = fraction * 100
   return "±" + (percent < 10 ? formatted(percent, decimals: 1) : formatted(percent, decimals: 0)) + "%"
+}
+
+/// `value` with at most `digits` decimals and no trailing zeros, e.g. "1.2" or "20".
+func formattedCompact(_ value: Double, maxDecimals digits: Int = 3) -> String {
+  var text = formatted(value, decimals: digits)
+  guard text.contains(".") else { return text }
+  while text.hasSuffix("0") { text.removeLast() }
+  if text.hasSuffix(".") { text.removeLast() }
+  return text
 }

@@ -21,10 +21,12 @@ struct Target {
   let text: String
   /// Whether the medians meet the goal. `ratio` is ``Row/ratio``.
   let isMet: (_ ours: Double, _ ratio: Double) -> Bool
+  /// Whether the goal needs the rival's figure (so it cannot be judged with `--side ours`).
+  var needsRival = false
 
   /// Our cost at most `limit` times the rival's (see ``Row/ratio``).
   static func ratioAtMost(_ limit: Double, _ rivalName: String) -> Target {
-    Target(text: "≤ \(formatted(limit))x \(rivalName)") { _, ratio in ratio <= limit }
+    Target(text: "≤ \(formattedCompact(limit))x \(rivalName)", isMet: { _, ratio in ratio <= limit }, needsRival: true)
   }
 
   /// Our figure at least `value`, shown as `text`.
@@ -103,21 +105,29 @@ struct Row {
     }
   }
 
-  /// Whether the target is met, or nil when the row has none.
-  var targetMet: Bool? { target.map { $0.isMet(ours, ratio) } }
+  /// Whether the target is met, or nil when the row has none or a needed side was skipped.
+  var targetMet: Bool? {
+    guard let target, ours.isFinite, ratio.isFinite || !target.needsRival else { return nil }
+    return target.isMet(ours, ratio)
+  }
 }
 
 enum Harness {
   /// Runs `benchmark` as described at the top of this file.
-  static func measure(_ benchmark: Benchmark, repeats: Int, warmups: Int) -> Samples {
+  /// With `side` other than `.both`, the skipped side records NaN (shown as n/a).
+  static func measure(
+    _ benchmark: Benchmark, repeats: Int, warmups: Int, side: Options.Side = .both
+  ) -> Samples {
+    let ours = side == .rival ? { .nan } : benchmark.ours
+    let rival = side == .ours ? { .nan } : benchmark.rival
     for _ in 0..<warmups {
-      _ = benchmark.ours()
-      _ = benchmark.rival()
+      _ = ours()
+      _ = rival()
     }
     var samples = Samples()
     for _ in 0..<repeats {
-      samples.ours.append(benchmark.ours())
-      samples.rival.append(benchmark.rival())
+      samples.ours.append(ours())
+      samples.rival.append(rival())
     }
     return samples
   }
@@ -145,7 +155,7 @@ enum Harness {
 
   /// The median (mean of the middle two for an even count).
   static func median(_ values: [Double]) -> Double {
-    precondition(!values.isEmpty, "median of no samples")
+    if values.isEmpty || values.contains(where: \.isNaN) { return .nan }
     let sorted = values.sorted()
     let middle = sorted.count / 2
     return sorted.count % 2 == 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2
@@ -153,9 +163,11 @@ enum Harness {
 
   /// Half the range over the median.
   static func spread(_ values: [Double]) -> Double {
-    guard let low = values.min(), let high = values.max() else { return 0 }
     let middle = median(values)
-    return middle == 0 ? 0 : (high - low) / 2 / middle
+    guard middle.isFinite, middle != 0, let low = values.min(), let high = values.max() else {
+      return .nan
+    }
+    return (high - low) / 2 / middle
   }
 }
 

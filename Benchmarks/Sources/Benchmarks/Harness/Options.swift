@@ -9,18 +9,27 @@ import Glibc
 /// - `--repeat N` (or `BENCH_REPEAT=N`): measured runs per side, default 5. The median is
 ///   reported, so keep it odd and at least 5 for figures worth quoting.
 /// - `--warmup N` (or `BENCH_WARMUP=N`): discarded runs per side first, default 1.
+/// - `--side ours|rival`: measure one side only (for profilers such as `perf record`); the
+///   other side's figures show as n/a.
+/// - `--verbose`: also print every run's figure on standard error.
 /// - `--list`: print the benchmarks and exit.
 struct Options {
+  enum Side { case both, ours, rival }
+
   var filters: [String] = []
   var repeats = 5
   var warmups = 1
   var listOnly = false
+  var side = Side.both
+  var verbose = false
 
   static let usage = """
     usage: Benchmarks [filter ...] [--repeat N] [--warmup N] [--list]
       filter       run benchmarks whose key, group or name contains it (e.g. pingpong, mainloop)
       --repeat N   measured runs per side, median reported (default 5; env BENCH_REPEAT)
       --warmup N   discarded runs per side first (default 1; env BENCH_WARMUP)
+      --side S     measure only `ours` or `rival` (for profiling)
+      --verbose    print every run's figure on standard error
       --list       list benchmarks and exit
     """
 
@@ -36,6 +45,14 @@ struct Options {
         options.repeats = count(rest.popFirst(), argument, minimum: 1)
       case "--warmup", "-w":
         options.warmups = count(rest.popFirst(), argument, minimum: 0)
+      case "--side":
+        switch rest.popFirst() {
+        case "ours": options.side = .ours
+        case "rival": options.side = .rival
+        default: usageError("--side needs ours or rival")
+        }
+      case "--verbose", "-v":
+        options.verbose = true
       case "--list", "-l":
         options.listOnly = true
       case "--help", "-h":

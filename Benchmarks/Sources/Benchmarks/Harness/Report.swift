@@ -17,7 +17,7 @@ enum Report {
         formatted(row.ours),
         row.rivalName,
         formatted(row.rival),
-        formatted(row.ratio, decimals: 2) + "x",
+        row.ratio.isFinite ? formatted(row.ratio, decimals: 2) + "x" : "n/a",
         row.target?.text ?? "—",
         row.targetMet.map { $0 ? "yes" : "**no**" } ?? "—",
         formattedSpread(row.oursSpread) + " / " + formattedSpread(row.rivalSpread),

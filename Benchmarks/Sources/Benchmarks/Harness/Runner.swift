@@ -17,13 +17,17 @@ enum Runner {
     for (index, (group, benchmark)) in selected.enumerated() {
       writeToStandardError("[\(index + 1)/\(selected.count)] \(group.name)/\(benchmark.key): \(benchmark.name) ... ")
       let start = Stopwatch.now()
-      let samples = Harness.measure(benchmark, repeats: options.repeats, warmups: options.warmups)
+      let samples = Harness.measure(benchmark, repeats: options.repeats, warmups: options.warmups, side: options.side)
       let newRows = Harness.rows(for: benchmark, from: samples)
       let seconds = Double(Stopwatch.now() - start) / 1e9
       let first = newRows[0]
       writeToStandardError(
         "ours \(formatted(first.ours)) vs \(formatted(first.rival)) \(first.unit) "
           + "(\(formatted(seconds, decimals: 1)) s)\n")
+      if options.verbose {
+        writeToStandardError("    ours:  \(samples.ours.map(formatted).joined(separator: " "))\n")
+        writeToStandardError("    rival: \(samples.rival.map(formatted).joined(separator: " "))\n")
+      }
       rows += newRows
     }
     print()
