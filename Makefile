@@ -24,7 +24,7 @@ run: deps
 	$(SWIFT) run $(WERROR) Examples
 
 ## test: every test, plus the leak-checked MainLoop run.
-test: test-unit test-leaks
+test: lint test-unit test-leaks
 
 test-unit: deps
 	$(SWIFT) build --build-tests $(WERROR)
@@ -43,6 +43,7 @@ test-tsan: deps
 bench: deps
 	cd Benchmarks && $(SWIFT) run -c release $(WERROR) Benchmarks
 
+## lint: swift format lint --strict on every tracked Swift file.
 lint:
 	$(SWIFT) format lint --strict $$(git ls-files '*.swift')
 

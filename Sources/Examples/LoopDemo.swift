@@ -49,7 +49,9 @@ func runLoopDemo() -> Int32 {
     for index in 1...3 {
       let message = "message \(index)\n"
       _ = message.withCString { write(writeEnd, $0, strlen($0)) }
-      loop.execute { print("\(stamp()) posted closure \(index) runs on the main thread: \(loop.isInLoopThread)") }
+      loop.execute {
+        print("\(stamp()) posted closure \(index) runs on the main thread: \(loop.isInLoopThread)")
+      }
     }
   }
 

@@ -1,8 +1,9 @@
 import CLibevent
 import Glibc
-@testable import MainLoop
 import Synchronization
 import Testing
+
+@testable import MainLoop
 
 @Suite struct ExecuteTests {
   @Test func postedClosuresRunOnTheLoopThread() {

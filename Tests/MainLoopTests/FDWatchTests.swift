@@ -1,7 +1,8 @@
 import Glibc
-@testable import MainLoop
 import Synchronization
 import Testing
+
+@testable import MainLoop
 
 @Suite struct FDWatchTests {
   @Test func readWatchFiresWhenDataArrivesAndIsLevelTriggered() throws {

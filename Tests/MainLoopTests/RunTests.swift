@@ -1,6 +1,7 @@
 import Glibc
-@testable import MainLoop
 import Testing
+
+@testable import MainLoop
 
 @Suite struct RunTests {
   @Test func stopFromAnotherThreadEndsRun() {
@@ -63,7 +64,8 @@ import Testing
       loop.run()
     }
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
-    #expect(text.contains("BUG IN CLIENT OF LOOPDISPATCH: EventLoop \"reentrant\" run() re-entered"))
+    #expect(
+      text.contains("BUG IN CLIENT OF LOOPDISPATCH: EventLoop \"reentrant\" run() re-entered"))
   }
 
   @Test func runningOnASecondThreadTraps() async {
@@ -75,7 +77,9 @@ import Testing
       other.join()
     }
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
-    #expect(text.contains("BUG IN CLIENT OF LOOPDISPATCH: EventLoop \"bound\" is bound to another thread"))
+    #expect(
+      text.contains("BUG IN CLIENT OF LOOPDISPATCH: EventLoop \"bound\" is bound to another thread")
+    )
   }
 
   @Test func mainLoopOffTheMainThreadTraps() async {

@@ -1,6 +1,7 @@
 import Glibc
-@testable import MainLoop
 import Testing
+
+@testable import MainLoop
 
 /// Signals are process-wide, so these tests run one at a time.
 @Suite(.serialized) struct SignalTests {
@@ -15,7 +16,8 @@ import Testing
     }
     let b = try loop.watchSignal(SIGUSR1) { second.value += 1 }
     kill(getpid(), SIGUSR1)
-    #expect(loop.run(until: { first.value == 1 && second.value == 1 }, deadline: .now + .seconds(10)))
+    #expect(
+      loop.run(until: { first.value == 1 && second.value == 1 }, deadline: .now + .seconds(10)))
     #expect(onLoop.value)
     a.cancel()
     b.cancel()

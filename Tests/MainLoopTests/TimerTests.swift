@@ -1,6 +1,7 @@
 import Glibc
-@testable import MainLoop
 import Testing
+
+@testable import MainLoop
 
 @Suite struct TimerTests {
   @Test func oneShotTimersNeverFireEarly() {
@@ -58,7 +59,10 @@ import Testing
     do {
       let token = Token()
       weakToken = token
-      let timer = loop.schedule(after: .milliseconds(1)) { _ = token; ran.value = true }
+      let timer = loop.schedule(after: .milliseconds(1)) {
+        _ = token
+        ran.value = true
+      }
       timer.cancel()
       #expect(timer.isCancelled)
     }
@@ -125,6 +129,7 @@ import Testing
       loop.scheduleRepeating(every: .zero) {}
     }
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
-    #expect(text.contains("BUG IN CLIENT OF LOOPDISPATCH: repeating timer interval must be positive"))
+    #expect(
+      text.contains("BUG IN CLIENT OF LOOPDISPATCH: repeating timer interval must be positive"))
   }
 }

@@ -47,7 +47,9 @@ extension EventLoop {
   private func drive(until condition: () -> Bool, deadline: Deadline) -> Exit {
     bindToCurrentThread()
     if running.exchange(true, ordering: .acquiringAndReleasing) {
-      clientBug("EventLoop \"\(name)\" run() re-entered from its own handler; a loop runs one turn at a time")
+      clientBug(
+        "EventLoop \"\(name)\" run() re-entered from its own handler; a loop runs one turn at a time"
+      )
     }
     defer { running.store(false, ordering: .releasing) }
     // A do-nothing timer makes sure a turn ends at the deadline.

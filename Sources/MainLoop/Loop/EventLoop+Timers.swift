@@ -40,7 +40,8 @@ extension EventLoop {
     if nanos <= 0 { clientBug("repeating timer interval must be positive, got \(interval)") }
     let first = start ?? (.now + interval)
     return add(
-      LoopTimer(loop: self, deadline: first.uptimeNanoseconds, interval: UInt64(nanos), handler: body))
+      LoopTimer(
+        loop: self, deadline: first.uptimeNanoseconds, interval: UInt64(nanos), handler: body))
   }
 
   private func add(_ timer: LoopTimer) -> LoopTimer {

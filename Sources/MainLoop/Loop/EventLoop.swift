@@ -95,7 +95,9 @@ public final class EventLoop: @unchecked Sendable {
   }
 
   deinit {
-    if running.load(ordering: .relaxed) { internalBug("EventLoop \(name) deallocated while running") }
+    if running.load(ordering: .relaxed) {
+      internalBug("EventLoop \(name) deallocated while running")
+    }
     for timer in timers.removeAll() { timer.handler = nil }
     if let wakeEvent { event_free(wakeEvent) }
     if let timerEvent { event_free(timerEvent) }
@@ -147,7 +149,9 @@ public final class EventLoop: @unchecked Sendable {
   func bindToCurrentThread() {
     if isMainLoop {
       if cls_is_main_thread_cached() == 0 {
-        clientBug("EventLoop.main must run on the process main thread, not on thread \"\(NativeThread.currentName)\"")
+        clientBug(
+          "EventLoop.main must run on the process main thread, not on thread \"\(NativeThread.currentName)\""
+        )
       }
       return
     }
@@ -155,7 +159,8 @@ public final class EventLoop: @unchecked Sendable {
     let (bound, current) = ownerThread.compareExchange(
       expected: 0, desired: me, ordering: .acquiringAndReleasing)
     if !bound && current != me {
-      clientBug("EventLoop \"\(name)\" is bound to another thread; a loop is driven by exactly one thread")
+      clientBug(
+        "EventLoop \"\(name)\" is bound to another thread; a loop is driven by exactly one thread")
     }
   }
 

@@ -44,7 +44,9 @@ public struct Deadline: Sendable, Hashable, Comparable, CustomStringConvertible 
 
   /// The signed time from `rhs` to `lhs`.
   public static func - (lhs: Deadline, rhs: Deadline) -> Duration {
-    if lhs >= rhs { return .nanoseconds(Int64(clamping: lhs.uptimeNanoseconds - rhs.uptimeNanoseconds)) }
+    if lhs >= rhs {
+      return .nanoseconds(Int64(clamping: lhs.uptimeNanoseconds - rhs.uptimeNanoseconds))
+    }
     return .zero - .nanoseconds(Int64(clamping: rhs.uptimeNanoseconds - lhs.uptimeNanoseconds))
   }
 

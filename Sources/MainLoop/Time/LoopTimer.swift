@@ -27,7 +27,8 @@ public final class LoopTimer: @unchecked Sendable {
   /// Atomic. Set once by `cancel()`; the loop checks it (acquiring) before each fire.
   private let cancelled = Atomic<Bool>(false)
 
-  init(loop: EventLoop, deadline: UInt64, interval: UInt64, handler: @escaping @Sendable () -> Void) {
+  init(loop: EventLoop, deadline: UInt64, interval: UInt64, handler: @escaping @Sendable () -> Void)
+  {
     self.loop = loop
     self.deadline = deadline
     self.intervalNanoseconds = interval

@@ -24,7 +24,8 @@ public enum EventLoopError: Error, Sendable, Equatable, CustomStringConvertible 
     case .invalidSignal(let signo):
       return "signal \(signo) cannot be watched"
     case .signalsOwnedByAnotherLoop(let owner):
-      return "signals are already watched by event loop \"\(owner)\"; only one loop may watch signals"
+      return
+        "signals are already watched by event loop \"\(owner)\"; only one loop may watch signals"
     case .registrationFailed(let code):
       return "event registration failed (errno \(code))"
     }

@@ -80,7 +80,8 @@ extension EventLoop {
   }
 
   /// Adds `registration` now on the loop thread (throwing on failure) or posts the add.
-  func register(_ registration: EventRegistration, fd: Int32, events: Int16) throws(EventLoopError) {
+  func register(_ registration: EventRegistration, fd: Int32, events: Int16) throws(EventLoopError)
+  {
     if isInLoopThread {
       let code = registration.addOnLoop(fd: fd, events: events)
       if code != 0 { throw .registrationFailed(errno: code) }

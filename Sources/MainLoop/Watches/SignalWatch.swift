@@ -64,8 +64,9 @@ extension EventLoop {
           owner!.watches -= 1
           if owner!.watches == 0 { owner = nil }
         }
-      }
-    ) { _ in handler() }
+      },
+      handler: { _ in handler() }
+    )
     try register(registration, fd: signal, events: cl_ev_signal | cl_ev_persist)
     return SignalWatch(signal: signal, registration: registration)
   }

@@ -1,7 +1,8 @@
 import Glibc
-@testable import MainLoop
 import Synchronization
 import Testing
+
+@testable import MainLoop
 
 /// Runs `loop` on a dedicated thread for the duration of `body`, then stops and joins it.
 func withLoopThread<T>(

@@ -30,7 +30,8 @@ func formatted(_ value: Double) -> String {
 func formattedSpread(_ fraction: Double) -> String {
   guard fraction.isFinite else { return "n/a" }
   let percent = fraction * 100
-  return "±" + (percent < 10 ? formatted(percent, decimals: 1) : formatted(percent, decimals: 0)) + "%"
+  return "±" + (percent < 10 ? formatted(percent, decimals: 1) : formatted(percent, decimals: 0))
+    + "%"
 }
 
 /// `value` with at most `digits` decimals and no trailing zeros, e.g. "1.2" or "20".

@@ -26,7 +26,9 @@ struct Target {
 
   /// Our cost at most `limit` times the rival's (see ``Row/ratio``).
   static func ratioAtMost(_ limit: Double, _ rivalName: String) -> Target {
-    Target(text: "≤ \(formattedCompact(limit))x \(rivalName)", isMet: { _, ratio in ratio <= limit }, needsRival: true)
+    Target(
+      text: "≤ \(formattedCompact(limit))x \(rivalName)", isMet: { _, ratio in ratio <= limit },
+      needsRival: true)
   }
 
   /// Our figure at least `value`, shown as `text`.

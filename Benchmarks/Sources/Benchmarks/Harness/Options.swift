@@ -36,8 +36,12 @@ struct Options {
   /// Parses `arguments` (without the program name); exits with status 2 on bad input.
   static func parse(_ arguments: [String]) -> Options {
     var options = Options()
-    if let value = environment("BENCH_REPEAT") { options.repeats = count(value, "BENCH_REPEAT", minimum: 1) }
-    if let value = environment("BENCH_WARMUP") { options.warmups = count(value, "BENCH_WARMUP", minimum: 0) }
+    if let value = environment("BENCH_REPEAT") {
+      options.repeats = count(value, "BENCH_REPEAT", minimum: 1)
+    }
+    if let value = environment("BENCH_WARMUP") {
+      options.warmups = count(value, "BENCH_WARMUP", minimum: 0)
+    }
     var rest = arguments[...]
     while let argument = rest.popFirst() {
       switch argument {

@@ -45,7 +45,8 @@ enum Report {
       }
       return "| " + padded.joined(separator: " | ") + " |"
     }
-    let rule = "|" + widths.map { String(repeating: "-", count: $0 + 2) }.joined(separator: "|") + "|"
+    let rule =
+      "|" + widths.map { String(repeating: "-", count: $0 + 2) }.joined(separator: "|") + "|"
     return ([render(lines[0]), rule] + lines.dropFirst().map(render)).joined(separator: "\n")
   }
 
@@ -73,7 +74,8 @@ enum Report {
     while getline(&line, &capacity, file) > 0, let line {
       let text = String(cString: line)
       if text.hasPrefix("model name"), let colon = text.firstIndex(of: ":") {
-        return String(text[text.index(after: colon)...].drop { $0 == " " || $0 == "\t" }.prefix { $0 != "\n" })
+        return String(
+          text[text.index(after: colon)...].drop { $0 == " " || $0 == "\t" }.prefix { $0 != "\n" })
       }
     }
     return nil
@@ -82,7 +84,9 @@ enum Report {
   private static func kernelRelease() -> String {
     var name = utsname()
     guard uname(&name) == 0 else { return "unknown" }
-    return withUnsafeBytes(of: &name.release) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+    return withUnsafeBytes(of: &name.release) {
+      String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self)
+    }
   }
 
   private static func utcDate() -> String {

@@ -7,7 +7,9 @@ enum Runner {
     }
     if options.listOnly {
       for (group, benchmark) in selected {
-        print("\(group.name)\t\(benchmark.key)\t\(benchmark.name) [\(benchmark.unit) vs \(benchmark.rivalName)]")
+        print(
+          "\(group.name)\t\(benchmark.key)\t\(benchmark.name) [\(benchmark.unit) vs \(benchmark.rivalName)]"
+        )
       }
       return
     }
@@ -15,9 +17,11 @@ enum Runner {
 
     var rows: [Row] = []
     for (index, (group, benchmark)) in selected.enumerated() {
-      writeToStandardError("[\(index + 1)/\(selected.count)] \(group.name)/\(benchmark.key): \(benchmark.name) ... ")
+      writeToStandardError(
+        "[\(index + 1)/\(selected.count)] \(group.name)/\(benchmark.key): \(benchmark.name) ... ")
       let start = Stopwatch.now()
-      let samples = Harness.measure(benchmark, repeats: options.repeats, warmups: options.warmups, side: options.side)
+      let samples = Harness.measure(
+        benchmark, repeats: options.repeats, warmups: options.warmups, side: options.side)
       let newRows = Harness.rows(for: benchmark, from: samples)
       let seconds = Double(Stopwatch.now() - start) / 1e9
       let first = newRows[0]

@@ -81,14 +81,18 @@ enum MainLoopBenchmarks {
     }
     var byte: UInt8 = 0x78
     let start = Stopwatch.now()
-    if write(a, &byte, 1) != 1 { benchmarkFailure("ping-pong kick-off write failed: errno \(errno)") }
+    if write(a, &byte, 1) != 1 {
+      benchmarkFailure("ping-pong kick-off write failed: errno \(errno)")
+    }
     let finished = loop.run(until: { state.done }, deadline: .now + .seconds(60))
     let elapsed = Stopwatch.now() - start
     // On the loop thread, so the watches are removed before `cancel` returns.
     watchA.cancel()
     watchB.cancel()
     pair.close()
-    if !finished { benchmarkFailure("MainLoop ping-pong stalled after \(state.completed) round trips") }
+    if !finished {
+      benchmarkFailure("MainLoop ping-pong stalled after \(state.completed) round trips")
+    }
     return Double(elapsed) / Double(roundTrips)
   }
 
