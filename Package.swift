@@ -38,8 +38,11 @@ let package = Package(
       dependencies: ["LoopDispatch", "MainLoop"],
       swiftSettings: strict
     ),
-    .testTarget(name: "MainLoopTests", dependencies: ["MainLoop", "CLibevent", "CLoopShims"]),
-    .testTarget(name: "LoopDispatchTests", dependencies: ["LoopDispatch"]),
+    // Latches and shared cells for the test suites (no Dispatch needed to synchronise).
+    .target(name: "TestSupport", path: "Tests/TestSupport"),
+    .testTarget(
+      name: "MainLoopTests", dependencies: ["MainLoop", "CLibevent", "CLoopShims", "TestSupport"]),
+    .testTarget(name: "LoopDispatchTests", dependencies: ["LoopDispatch", "TestSupport"]),
     .testTarget(name: "ExamplesTests", dependencies: ["Examples"]),
   ],
   swiftLanguageModes: [.v6]

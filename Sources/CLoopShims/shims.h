@@ -20,9 +20,24 @@
 
 static inline int cls_errno(void) { return errno; }
 
+/// A spin-wait hint (x86 `pause`, arm64 `yield`).
+static inline void cls_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
 static inline pid_t cls_gettid(void) { return (pid_t)syscall(SYS_gettid); }
 
 static inline int cls_is_main_thread(void) { return cls_gettid() == getpid(); }
+
+static inline void **cls_frame_slot_ptr_(void) {
+  static __thread void *slot = 0;
+  return &slot;
+}
+static inline void *cls_frame_slot_(void) { return *cls_frame_slot_ptr_(); }
 
 /// Whether the caller is the process main thread, computed once per thread and then read
 /// from a thread-local cache (no system call on the fast path).
@@ -70,6 +85,14 @@ static inline int cls_futex_wake(uint32_t *addr, int count) {
   long r = syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, count, NULL, NULL, 0);
   return r < 0 ? -errno : (int)r;
 }
+
+/// The calling thread's LoopDispatch frame pointer (the innermost queue it is draining).
+/// One slot per thread. Only LoopDispatch calls these two functions (an inline function's
+/// static thread-local exists once per Swift module that uses it).
+static inline void *cls_frame_get(void) {
+  return cls_frame_slot_();
+}
+static inline void cls_frame_set(void *frame) { *cls_frame_slot_ptr_() = frame; }
 
 static inline int cls_eventfd(unsigned int initval, int flags) { return eventfd(initval, flags); }
 static const int cls_efd_nonblock_cloexec = EFD_NONBLOCK | EFD_CLOEXEC;

@@ -1,4 +1,5 @@
 import MainLoop
+import TestSupport
 import Testing
 
 @Suite struct DeadlineTests {

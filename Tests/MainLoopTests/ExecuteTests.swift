@@ -1,6 +1,7 @@
 import CLibevent
 import Glibc
 import Synchronization
+import TestSupport
 import Testing
 
 @testable import MainLoop

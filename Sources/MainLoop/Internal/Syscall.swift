@@ -3,7 +3,7 @@ import Glibc
 
 /// The one place where system calls are retried on `EINTR` and where errors that can only
 /// be bugs (`EBADF` on a descriptor we own, `EFAULT`, `EINVAL`) become traps.
-enum Syscall {
+package enum Syscall {
   /// Runs `body` until it does not fail with `EINTR`; returns its result (-1 keeps `errno`).
   @inline(__always)
   static func retrying<T: FixedWidthInteger>(_ body: () -> T) -> T {
@@ -42,8 +42,8 @@ enum Syscall {
   }
 
   /// The calling thread's kernel id.
-  static var threadID: Int32 { cls_gettid() }
+  package static var currentThreadID: Int32 { cls_gettid() }
 
   /// Whether the caller runs on the process main thread (tid == pid).
-  static var isMainThread: Bool { cls_is_main_thread() != 0 }
+  package static var isMainThread: Bool { cls_is_main_thread() != 0 }
 }

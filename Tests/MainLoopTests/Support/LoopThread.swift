@@ -1,5 +1,6 @@
 import Glibc
 import Synchronization
+import TestSupport
 import Testing
 
 @testable import MainLoop
@@ -19,14 +20,6 @@ func withLoopThread<T>(
     thread.join()
   }
   return try body(loop)
-}
-
-/// A counter touched from several threads.
-final class Counter: Sendable {
-  private let value = Atomic<Int>(0)
-  @discardableResult
-  func increment() -> Int { value.wrappingAdd(1, ordering: .sequentiallyConsistent).newValue }
-  var current: Int { value.load(ordering: .sequentiallyConsistent) }
 }
 
 /// A value confined to one thread (the loop's) by the test's construction.

@@ -2,7 +2,7 @@ import Glibc
 
 /// Command-line options.
 ///
-/// Usage: `Benchmarks [filter ...] [--repeat N] [--warmup N] [--list]`
+/// Usage: `Benchmarks [filter ...] [--repeat N] [--warmup N] [--side S] [--verbose] [--list]`
 /// - A filter selects the benchmarks whose key, group or name contains it (case-insensitive;
 ///   punctuation in names is ignored, so `pingpong` matches "fd ping-pong"). With several
 ///   filters a benchmark runs when any matches. A filter that matches nothing is an error.
@@ -24,7 +24,7 @@ struct Options {
   var verbose = false
 
   static let usage = """
-    usage: Benchmarks [filter ...] [--repeat N] [--warmup N] [--list]
+    usage: Benchmarks [filter ...] [--repeat N] [--warmup N] [--side S] [--verbose] [--list]
       filter       run benchmarks whose key, group or name contains it (e.g. pingpong, mainloop)
       --repeat N   measured runs per side, median reported (default 5; env BENCH_REPEAT)
       --warmup N   discarded runs per side first (default 1; env BENCH_WARMUP)

@@ -55,6 +55,9 @@ enum Report {
     var notes = ["nproc: \(sysconf(Int32(_SC_NPROCESSORS_ONLN)))"]
     if let model = cpuModel() { notes.append("CPU: \(model)") }
     notes.append("kernel: \(kernelRelease())")
+    if let load = firstLine(of: "/proc/loadavg") {
+      notes.append("load average at the end (1/5/15 min, runnable/total): \(load)")
+    }
     notes.append("libevent: \(String(cString: raw_libevent_version()))")
     notes.append("date: \(utcDate())")
     #if DEBUG
@@ -79,6 +82,17 @@ enum Report {
       }
     }
     return nil
+  }
+
+  /// The first line of a text file, without its newline.
+  private static func firstLine(of path: String) -> String? {
+    guard let file = fopen(path, "r") else { return nil }
+    defer { fclose(file) }
+    var line: UnsafeMutablePointer<CChar>? = nil
+    var capacity = 0
+    defer { free(line) }
+    guard getline(&line, &capacity, file) > 0, let line else { return nil }
+    return String(String(cString: line).prefix { $0 != "\n" })
   }
 
   private static func kernelRelease() -> String {

@@ -1,0 +1,80 @@
+import CLoopShims
+import Glibc
+import Synchronization
+
+/// A 32-bit word that threads can sleep on (Linux futex), with atomic access.
+///
+/// Safe: the word lives in its own heap allocation, owned by this object, so its address is
+/// stable for the kernel for as long as anyone can reach the object.
+final class FutexWord: @unchecked Sendable {
+  // @unchecked Sendable: the only state is the atomic word behind `pointer`.
+  let pointer: UnsafeMutablePointer<Atomic<UInt32>>
+
+  init(_ initial: UInt32 = 0) {
+    pointer = .allocate(capacity: 1)
+    pointer.initialize(to: Atomic(initial))
+  }
+
+  deinit {
+    pointer.deinitialize(count: 1)
+    pointer.deallocate()
+  }
+
+  @inline(__always)
+  var atomic: UnsafeMutablePointer<Atomic<UInt32>> { pointer }
+
+  /// Sleeps while the word equals `expected`, or until `timeoutNanoseconds` pass (nil: no
+  /// limit). May return spuriously: callers re-check their condition.
+  func wait(whileEqualTo expected: UInt32, timeoutNanoseconds: UInt64? = nil) {
+    let raw = UnsafeMutableRawPointer(pointer).assumingMemoryBound(to: UInt32.self)
+    if let timeoutNanoseconds {
+      var relative = timespec(
+        tv_sec: Int(timeoutNanoseconds / 1_000_000_000),
+        tv_nsec: Int(timeoutNanoseconds % 1_000_000_000))
+      _ = cls_futex_wait(raw, expected, &relative)
+    } else {
+      _ = cls_futex_wait(raw, expected, nil)
+    }
+  }
+
+  /// Wakes up to `count` threads sleeping on the word.
+  func wake(_ count: Int32 = 1) {
+    let raw = UnsafeMutableRawPointer(pointer).assumingMemoryBound(to: UInt32.self)
+    _ = cls_futex_wake(raw, count)
+  }
+}
+
+/// A one-shot event for a single waiter: `wait()` returns once `signal()` has been called.
+///
+/// Word states: 0 not signalled (waiter awake), 2 waiter asleep or about to sleep,
+/// 1 signalled. The signaller makes the `futex_wake` system call only when it replaces a 2,
+/// so a waiter that is still spinning costs the signaller one atomic exchange.
+final class OneShotEvent: Sendable {
+  private let word = FutexWord(0)
+
+  func signal() {
+    // Releasing; pairs with the acquiring loads in `wait()`.
+    if word.atomic.pointee.exchange(1, ordering: .acquiringAndReleasing) == 2 {
+      word.wake(1)
+    }
+  }
+
+  func wait() {
+    for _ in 0..<256 {
+      if word.atomic.pointee.load(ordering: .acquiring) == 1 { return }
+      spinLoopHint()
+    }
+    let (slept, _) = word.atomic.pointee.compareExchange(
+      expected: 0, desired: 2, ordering: .acquiringAndReleasing)
+    if !slept { return }  // Already signalled.
+    while word.atomic.pointee.load(ordering: .acquiring) == 2 {
+      word.wait(whileEqualTo: 2)
+    }
+  }
+}
+
+/// A CPU hint for spin-wait loops (x86 `pause`), through the shim.
+@inline(__always)
+func spinLoopHint() {
+  cls_cpu_relax()
+}

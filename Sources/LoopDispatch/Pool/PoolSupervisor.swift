@@ -1,0 +1,104 @@
+import Glibc
+import MainLoop
+import Synchronization
+
+/// Grows the pool when every worker is blocked while work waits.
+///
+/// Walk-through:
+/// 1. The supervisor thread sleeps without a timeout while the pool keeps up. A submission
+///    that finds no idle worker calls `noteWorkWaiting()`, which wakes it (one futex wake per
+///    sleep, not per submission).
+/// 2. Awake, it checks every `tick` (5 ms): if jobs are waiting, no worker is idle or
+///    searching, no job has started since the last tick, and fewer workers are runnable
+///    (state `R` in `/proc/self/task/<tid>/stat`) than there are CPUs, then workers are
+///    blocked (sleeping, waiting on I/O or locks): it starts one more worker, up to the cap.
+///    A pool busy with CPU-bound work is not grown.
+/// 3. When the lanes are empty it goes back to sleeping without a timeout, so an idle
+///    process has no periodic wake-ups from the pool.
+final class PoolSupervisor: @unchecked Sendable {
+  // @unchecked Sendable: `workers` is protected by its mutex; `word` is atomic.
+
+  /// How often a stalled pool is checked.
+  let tick: Duration = .milliseconds(5)
+  /// 0 awake, 1 asleep without a timeout (waiting for `noteWorkWaiting`).
+  private let word = FutexWord(0)
+  /// Protected by: its lock.
+  private let workers = Mutex<[Worker]>([])
+
+  func start(pool: WorkerPool) {
+    let started = NativeThread.spawn(name: "ld.supervisor") { [self] in run(pool) }
+    if started == nil {
+      writeStandardError("LoopDispatch: could not start the pool supervisor; the pool will not grow\n")
+    }
+  }
+
+  func register(_ worker: Worker) { workers.withLock { $0.append(worker) } }
+
+  func unregister(_ worker: Worker) {
+    workers.withLock { list in list.removeAll { $0 === worker } }
+  }
+
+  /// Called by submitters that found no idle worker. Cheap when the supervisor is awake.
+  @inline(__always)
+  func noteWorkWaiting() {
+    if word.atomic.pointee.load(ordering: .relaxed) == 1
+      && word.atomic.pointee.exchange(0, ordering: .acquiringAndReleasing) == 1
+    {
+      word.wake(1)
+    }
+  }
+
+  private func run(_ pool: WorkerPool) {
+    var lastStarted = pool.jobsStarted.load(ordering: .relaxed)
+    let tickNanoseconds = UInt64(tick.saturatingNanoseconds)
+    while true {
+      if pool.pendingJobs.load(ordering: .sequentiallyConsistent) == 0 {
+        // Sleep until a submission finds every worker busy.
+        word.atomic.pointee.store(1, ordering: .sequentiallyConsistent)
+        if pool.pendingJobs.load(ordering: .sequentiallyConsistent) == 0 {
+          while word.atomic.pointee.load(ordering: .acquiring) == 1 {
+            word.wait(whileEqualTo: 1)
+          }
+        } else {
+          word.atomic.pointee.store(0, ordering: .relaxed)
+        }
+        lastStarted = pool.jobsStarted.load(ordering: .relaxed)
+      }
+      word.wait(whileEqualTo: 0, timeoutNanoseconds: tickNanoseconds)
+      let started = pool.jobsStarted.load(ordering: .relaxed)
+      defer { lastStarted = started }
+      guard started == lastStarted, pool.pendingJobs.load(ordering: .relaxed) > 0,
+        pool.searching.load(ordering: .relaxed) == 0, pool.parkedCount == 0
+      else { continue }
+      if runnableWorkers() < pool.baseThreads {
+        pool.spawnWorker(isExtra: true)
+      }
+    }
+  }
+
+  /// Busy workers whose thread is runnable (not blocked in the kernel).
+  private func runnableWorkers() -> Int {
+    let snapshot = workers.withLock { $0 }
+    var runnable = 0
+    for worker in snapshot where worker.busy.load(ordering: .relaxed) {
+      let tid = worker.tid.load(ordering: .relaxed)
+      if tid != 0 && threadState(tid) == UInt8(ascii: "R") { runnable += 1 }
+    }
+    return runnable
+  }
+
+  /// The one-letter state of thread `tid` of this process, from `/proc`.
+  private func threadState(_ tid: Int32) -> UInt8? {
+    let fd = open("/proc/self/task/\(tid)/stat", O_RDONLY | O_CLOEXEC)
+    if fd < 0 { return nil }
+    defer { close(fd) }
+    var buffer = [UInt8](repeating: 0, count: 512)
+    let n = read(fd, &buffer, buffer.count)
+    guard n > 0 else { return nil }
+    // Format: "tid (comm) S ...": the state follows the last ')'.
+    guard let close = buffer[..<n].lastIndex(of: UInt8(ascii: ")")), close + 2 < n else {
+      return nil
+    }
+    return buffer[close + 2]
+  }
+}

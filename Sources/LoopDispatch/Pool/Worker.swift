@@ -1,0 +1,94 @@
+import Glibc
+import MainLoop
+import Synchronization
+
+/// One pool thread. Runs jobs, spins briefly when out of work, then parks on its own word.
+final class Worker: @unchecked Sendable {
+  // @unchecked Sendable: `parkWord` is atomic; `tid` is written once by the worker before
+  // any other thread reads it (reads tolerate 0).
+
+  unowned let pool: WorkerPool
+  let id: Int
+  let isExtra: Bool
+  /// 1 while parked (or about to park), 0 once woken. Written to 1 by the worker under the
+  /// pool lock as it joins the idle stack; written to 0 by the waker that removed it from the
+  /// idle stack (under the lock), after the lock is released.
+  let parkWord = FutexWord(0)
+  /// Atomic. The worker's kernel thread id (for the supervisor's blocked check).
+  let tid = Atomic<Int32>(0)
+  /// Atomic. True while the worker runs a job (not searching, not parked).
+  let busy = Atomic<Bool>(false)
+
+  init(pool: WorkerPool, id: Int, isExtra: Bool) {
+    self.pool = pool
+    self.id = id
+    self.isExtra = isExtra
+  }
+
+  func main() {
+    tid.store(Syscall.currentThreadID, ordering: .relaxed)
+    pool.supervisor.register(self)
+    defer { pool.supervisor.unregister(self) }
+    while true {
+      if let job = pool.takeJob() {
+        run(job)
+        continue
+      }
+      if spinForWork() { continue }
+      if !park() { return }  // Retired.
+    }
+  }
+
+  @inline(__always)
+  private func run(_ job: PoolJob) {
+    busy.store(true, ordering: .relaxed)
+    pool.jobsStarted.wrappingAdd(1, ordering: .relaxed)
+    job.run()
+    busy.store(false, ordering: .relaxed)
+  }
+
+  /// Spins up to the pool's limit; returns true as soon as work appears.
+  private func spinForWork() -> Bool {
+    pool.searching.wrappingAdd(1, ordering: .sequentiallyConsistent)
+    defer { pool.searching.wrappingSubtract(1, ordering: .sequentiallyConsistent) }
+    for _ in 0..<pool.spinLimit {
+      if pool.pendingJobs.load(ordering: .relaxed) > 0 { return true }
+      spinLoopHint()
+    }
+    return false
+  }
+
+  /// Parks until woken. Returns false if this extra worker retired instead.
+  private func park() -> Bool {
+    let mustPark = pool.state.withLock { state -> Bool in
+      for lane in state.lanes where !lane.isEmpty { return false }
+      parkWord.atomic.pointee.store(1, ordering: .relaxed)
+      state.idle.append(self)
+      return true
+    }
+    if !mustPark { return true }
+    let timeout = isExtra ? UInt64(pool.idleRetirement.saturatingNanoseconds) : nil
+    while parkWord.atomic.pointee.load(ordering: .acquiring) == 1 {
+      parkWord.wait(whileEqualTo: 1, timeoutNanoseconds: timeout)
+      if isExtra && parkWord.atomic.pointee.load(ordering: .acquiring) == 1 {
+        // Timed out (or spurious): retire if still idle.
+        let retired = pool.state.withLock { state -> Bool in
+          guard let index = state.idle.firstIndex(where: { $0 === self }) else { return false }
+          state.idle.remove(at: index)
+          state.threads -= 1
+          return true
+        }
+        if retired { return false }
+      }
+    }
+    return true
+  }
+
+  /// Wakes the worker. Called by a submitter that removed it from the idle stack under the
+  /// pool lock.
+  func unpark() {
+    // Releasing; pairs with the acquiring load in `park()`.
+    parkWord.atomic.pointee.store(0, ordering: .releasing)
+    parkWord.wake(1)
+  }
+}

@@ -1,0 +1,61 @@
+import Synchronization
+
+/// A queue's context value and finalizer. Protected by the queue's `contextStorage` lock.
+struct ContextStorage {
+  var value: (any Sendable)?
+  var finalizer: (@Sendable ((any Sendable)?) -> Void)?
+}
+
+/// A typed key for ``Queue/setSpecific(key:value:)``; keys compare by identity.
+public final class SpecificKey<Value: Sendable>: Sendable {
+  public init() {}
+}
+
+extension Queue {
+  /// A value attached to the queue, handed to the finalizer when the queue goes away.
+  public var context: (any Sendable)? {
+    get { contextStorage.withLock { $0.value } }
+    set { contextStorage.withLock { $0.value = newValue } }
+  }
+
+  /// Sets the closure that receives ``context`` once the queue is gone.
+  ///
+  /// The finalizer runs exactly once, on the queue's target, after every item submitted
+  /// before the last reference to the queue was dropped has run.
+  public func setFinalizer(_ finalizer: @escaping @Sendable ((any Sendable)?) -> Void) {
+    contextStorage.withLock { $0.finalizer = finalizer }
+  }
+
+  /// Called from `deinit`.
+  func runFinalizer() {
+    let (value, finalizer) = contextStorage.withLock { ($0.value, $0.finalizer) }
+    guard let finalizer else { return }
+    let target = self.target ?? Queue.global()
+    target.async { finalizer(value) }
+  }
+
+  /// Attaches `value` to this queue under `key` (`nil` removes it).
+  public func setSpecific<Value>(key: SpecificKey<Value>, value: Value?) {
+    specifics.withLock { table in
+      table[ObjectIdentifier(key)] = value.map { $0 as any Sendable }
+    }
+  }
+
+  /// The value for `key` on this queue, or else on the nearest queue up its target chain.
+  public func getSpecific<Value>(key: SpecificKey<Value>) -> Value? {
+    var queue: Queue? = self
+    while let current = queue {
+      if let found = current.specifics.withLock({ $0[ObjectIdentifier(key)] }) {
+        return found as? Value
+      }
+      queue = current.target
+    }
+    return nil
+  }
+
+  /// The value for `key` on the queue the calling thread is running work for (walking its
+  /// target chain), or `nil` off any queue.
+  public static func getSpecific<Value>(key: SpecificKey<Value>) -> Value? {
+    current?.getSpecific(key: key)
+  }
+}

@@ -1,0 +1,252 @@
+import MainLoop
+import Synchronization
+
+/// The serial queue's state word.
+///
+/// | bits   | name        | meaning                                                        |
+/// | ------ | ----------- | -------------------------------------------------------------- |
+/// | 0      | SCHEDULED   | a drain is queued on the target or running; its holder owns the backlog |
+/// | 1      | SYNC_LOCKED | a `sync` caller runs inline on its own thread                  |
+/// | 2      | INACTIVE    | created inactive and not yet activated                         |
+/// | 8...39 | SUSPEND     | suspend count (each `suspend()` adds `suspendOne`)             |
+///
+/// The queue may run an item only when SCHEDULED or SYNC_LOCKED is held, and never both.
+///
+/// Submission/drain walk-through:
+/// 1. `async` pushes a node onto `incoming` (sequentially consistent CAS), then `wakeUp()`
+///    loads the state: if nothing holds the queue and it is neither suspended nor inactive,
+///    a CAS sets SCHEDULED and the queue hands its drain to its target.
+/// 2. The drainer (holding SCHEDULED) moves `incoming` into `backlog` (reversing it into
+///    FIFO order) and runs items one by one, checking suspension between items. After
+///    `drainBudget` items it re-enqueues itself behind others on its target (still holding
+///    SCHEDULED) so one busy queue cannot monopolise a worker.
+/// 3. Out of work (or suspended), it clears SCHEDULED (sequentially consistent), then
+///    re-checks `incoming`/`backlog` and calls `wakeUp()` if anything is there. Either a
+///    submitter's state load comes after the clear (and it schedules), or the drainer's
+///    re-check sees its node: nothing is stranded (Dekker's pattern, as in the event loop).
+/// 4. `sync` on an idle queue CASes 0 → SYNC_LOCKED (for each serial queue up its target
+///    chain), runs the closure inline, clears the bit and re-checks like step 3. On a busy
+///    queue it enqueues a `SyncWaiter` and waits for its turn (`QueueItem.swift`).
+enum SerialState {
+  static let scheduled: UInt64 = 1 << 0
+  static let syncLocked: UInt64 = 1 << 1
+  static let inactive: UInt64 = 1 << 2
+  static let suspendOne: UInt64 = 1 << 8
+  static let suspendMask: UInt64 = 0xFFFF_FFFF << 8
+  /// Any of these stops the queue from being scheduled.
+  static let blocking: UInt64 = scheduled | syncLocked | inactive | suspendMask
+}
+
+/// Items a drainer runs before yielding its worker to other queues.
+let drainBudget = 128
+
+extension Queue {
+  // MARK: Submission
+
+  @inline(__always)
+  func serialEnqueue(_ work: QueueWork) {
+    // Safe: the node is ours until the CAS publishes it; the drainer frees it.
+    let node = UnsafeMutablePointer<ItemNode>.allocate(capacity: 1)
+    node.initialize(to: ItemNode(next: nil, work: work))
+    var expected = incoming.load(ordering: .relaxed)
+    while true {
+      node.pointee.next = expected
+      let (exchanged, original) = incoming.compareExchange(
+        expected: expected, desired: node, ordering: .sequentiallyConsistent)
+      if exchanged { break }
+      expected = original
+    }
+    wakeUp()
+  }
+
+  /// Schedules the queue on its target if it has work and nothing holds or blocks it.
+  @inline(__always)
+  func wakeUp() {
+    var current = state.load(ordering: .sequentiallyConsistent)
+    while current & SerialState.blocking == 0 {
+      let (exchanged, original) = state.compareExchange(
+        expected: current, desired: current | SerialState.scheduled,
+        ordering: .sequentiallyConsistent)
+      if exchanged {
+        target!.enqueueDrain(of: self)
+        return
+      }
+      current = original
+    }
+  }
+
+  var serialHasPendingItems: Bool {
+    incoming.load(ordering: .sequentiallyConsistent) != nil
+      || backlogHead.load(ordering: .sequentiallyConsistent) != nil
+  }
+
+  // MARK: Draining
+
+  /// Runs up to `drainBudget` items. The caller holds SCHEDULED (given by `wakeUp`).
+  func drainSerial() {
+    ThreadFrame.with(self, exclusive: true) {
+      var ran = 0
+      while true {
+        if state.load(ordering: .acquiring) & (SerialState.suspendMask | SerialState.inactive) != 0 {
+          break
+        }
+        guard let node = takeNext() else { break }
+        let work = node.move().work
+        node.deallocate()
+        perform(work)
+        ran += 1
+        if ran == drainBudget && serialHasPendingItems {
+          // Yield: go to the back of the target's line, still holding SCHEDULED.
+          target!.enqueueDrain(of: self)
+          return
+        }
+      }
+      releaseScheduled()
+    }
+  }
+
+  /// Takes the oldest item, refilling the backlog from `incoming` when it runs dry.
+  /// Only the SCHEDULED holder calls this.
+  @inline(__always)
+  private func takeNext() -> UnsafeMutablePointer<ItemNode>? {
+    var head = backlogHead.load(ordering: .relaxed)
+    if head == nil {
+      guard var node = incoming.exchange(nil, ordering: .sequentiallyConsistent) else {
+        return nil
+      }
+      // Reverse newest-first into oldest-first.
+      var reversed: UnsafeMutablePointer<ItemNode>? = nil
+      backlogTail = node
+      while true {
+        let next = node.pointee.next
+        node.pointee.next = reversed
+        reversed = node
+        guard let following = next else { break }
+        node = following
+      }
+      head = reversed
+    }
+    let node = head!
+    let next = node.pointee.next
+    backlogHead.store(next, ordering: .relaxed)
+    if next == nil { backlogTail = nil }
+    return node
+  }
+
+  private func releaseScheduled() {
+    state.wrappingSubtract(SerialState.scheduled, ordering: .sequentiallyConsistent)
+    if serialHasPendingItems { wakeUp() }
+  }
+
+  /// Frees items left in a queue that is being deallocated, without running them.
+  func freeSerialItems() {
+    var lists = [incoming.exchange(nil, ordering: .acquiring), backlogHead.load(ordering: .acquiring)]
+    for index in lists.indices {
+      while let node = lists[index] {
+        lists[index] = node.pointee.next
+        node.deinitialize(count: 1)
+        node.deallocate()
+      }
+    }
+  }
+
+  // MARK: sync
+
+  /// Tries to take SYNC_LOCKED on this queue and every serial queue up its target chain.
+  /// Returns false (holding nothing) if any is busy or the chain has a concurrent queue.
+  @inline(__always)
+  func trySyncLockChain() -> Bool {
+    var queue = self
+    while true {
+      guard queue.kind == .serial, queue.incoming.load(ordering: .relaxed) == nil,
+        queue.backlogHead.load(ordering: .relaxed) == nil
+      else { break }
+      let (locked, _) = queue.state.compareExchange(
+        expected: 0, desired: SerialState.syncLocked, ordering: .sequentiallyConsistent)
+      guard locked else { break }
+      let next = queue.target!
+      if case .root = next.kind { return true }
+      queue = next
+    }
+    // Undo the locks taken below `queue`.
+    if queue !== self { unlockSyncChain(upTo: queue) }
+    return false
+  }
+
+  /// Releases SYNC_LOCKED from this queue up to (not including) `stop` (nil: to the root).
+  func unlockSyncChain(upTo stop: Queue?) {
+    var queue = self
+    while queue !== stop, queue.kind == .serial {
+      queue.state.wrappingSubtract(SerialState.syncLocked, ordering: .sequentiallyConsistent)
+      if queue.serialHasPendingItems { queue.wakeUp() }
+      queue = queue.target!
+    }
+  }
+
+  /// Traps if `sync` onto this queue from the calling thread could never return.
+  func checkSyncDeadlock(barrier: Bool) {
+    var queue: Queue? = self
+    while let current = queue {
+      if case .root = current.kind { return }
+      let exclusiveOnly = !(current === self && barrier && current.kind == .concurrent)
+      if ThreadFrame.holds(current, exclusiveOnly: exclusiveOnly || current.kind == .serial) {
+        if current === self {
+          clientBug("sync onto queue \"\(label)\" already owned by this thread (deadlock)")
+        }
+        clientBug(
+          "sync onto queue \"\(label)\" whose target queue \"\(current.label)\" is already owned by this thread (deadlock)"
+        )
+      }
+      queue = current.target
+    }
+  }
+
+  /// Waits for a turn on a busy queue, then runs `body` on the calling thread.
+  func syncSlow<T, E: Error>(barrier: Bool, _ body: () throws(E) -> T) throws(E) -> T {
+    checkSyncDeadlock(barrier: barrier)
+    let waiter = SyncWaiter()
+    switch kind {
+    case .serial: serialEnqueue(.syncWaiter(waiter, barrier: barrier))
+    case .concurrent: concurrentEnqueue(.syncWaiter(waiter, barrier: barrier))
+    case .root: internalBug("syncSlow on a global queue")
+    }
+    waiter.turn.wait()
+    defer { waiter.done.signal() }
+    if kind == .serial { return try withChainFrames(body) }
+    return try ThreadFrame.with(self, exclusive: barrier, body)
+  }
+
+  // MARK: suspend / resume / activate
+
+  func serialSuspend() {
+    state.wrappingAdd(SerialState.suspendOne, ordering: .sequentiallyConsistent)
+  }
+
+  func serialResume() {
+    var current = state.load(ordering: .sequentiallyConsistent)
+    while true {
+      if current & SerialState.suspendMask == 0 {
+        if current & SerialState.inactive != 0 {
+          serialActivate()
+          return
+        }
+        clientBug("resume() on queue \"\(label)\" that is not suspended (over-resume)")
+      }
+      let (exchanged, original) = state.compareExchange(
+        expected: current, desired: current - SerialState.suspendOne,
+        ordering: .sequentiallyConsistent)
+      if exchanged { break }
+      current = original
+    }
+    if serialHasPendingItems { wakeUp() }
+  }
+
+  func serialActivate() {
+    let previous = state.bitwiseAnd(~SerialState.inactive, ordering: .sequentiallyConsistent).oldValue
+    if previous & SerialState.inactive != 0 && serialHasPendingItems { wakeUp() }
+  }
+
+  var serialIsSuspended: Bool {
+    state.load(ordering: .relaxed) & SerialState.suspendMask != 0
+  }
+}

@@ -1,0 +1,245 @@
+import MainLoop
+import Synchronization
+
+/// A GCD-style dispatch queue: the main queue, a global queue, or a custom serial or
+/// concurrent queue.
+///
+/// Custom queues run their work on a target queue (a global queue by default, or another
+/// custom queue: hierarchies of any depth). A serial queue runs one item at a time, in
+/// submission order; a concurrent queue runs items side by side up to its width, and runs
+/// barrier items alone.
+///
+/// Thread-safety: every method may be called from any thread.
+public final class Queue: @unchecked Sendable {
+  // @unchecked Sendable: the serial state is atomic (see `Queue+Serial.swift`), the
+  // concurrent state is behind a mutex, the consumer-side backlog belongs to the thread that
+  // holds the SCHEDULED bit, and the rest is immutable or behind a mutex.
+
+  /// Options for creating a queue.
+  public struct Attributes: OptionSet, Sendable {
+    public let rawValue: Int
+    public init(rawValue: Int) { self.rawValue = rawValue }
+    /// Items may run side by side (up to the width); barriers run alone.
+    public static let concurrent = Attributes(rawValue: 1)
+    /// The queue runs nothing until ``Queue/activate()``.
+    public static let initiallyInactive = Attributes(rawValue: 2)
+  }
+
+  /// Options for one submission.
+  public struct Flags: OptionSet, Sendable {
+    public let rawValue: Int
+    public init(rawValue: Int) { self.rawValue = rawValue }
+    /// On a custom concurrent queue: wait for running items, run alone, then let the rest
+    /// continue. On serial and global queues a barrier is an ordinary submission.
+    public static let barrier = Flags(rawValue: 1)
+  }
+
+  enum Kind: Equatable {
+    case root(Priority)
+    case serial
+    case concurrent
+  }
+
+  /// The queue's name, shown in diagnostics and thread names.
+  public let label: String
+  let kind: Kind
+
+  // MARK: Serial state (see Queue+Serial.swift for the protocol)
+
+  /// Atomic state word; bit table in `Queue+Serial.swift`.
+  let state = Atomic<UInt64>(0)
+  /// Atomic. Submitted items not yet taken by a drainer (a Treiber stack, newest first).
+  let incoming = Atomic<UnsafeMutablePointer<ItemNode>?>(nil)
+  /// Items taken from `incoming`, oldest first. Written only by the thread holding SCHEDULED;
+  /// read (for emptiness) by anyone, hence atomic.
+  let backlogHead = Atomic<UnsafeMutablePointer<ItemNode>?>(nil)
+  /// Only touched by the thread holding SCHEDULED.
+  var backlogTail: UnsafeMutablePointer<ItemNode>?
+
+  // MARK: Concurrent state
+
+  /// Present for custom concurrent queues. Protected by its own lock.
+  let concurrentState: Mutex<ConcurrentState>?
+  /// Maximum items of a concurrent queue running at once.
+  let width: Int
+
+  // MARK: Target, context, specifics
+
+  /// Atomic. The current target, unretained; kept alive by `targetsKeptAlive`.
+  private let targetPointer = Atomic<UnsafeMutableRawPointer?>(nil)
+  /// Every target this queue has had, kept alive while the queue lives (so a racing reader
+  /// of `targetPointer` never sees a freed queue). Protected by: its lock.
+  private let targetsKeptAlive = Mutex<[Queue]>([])
+  /// Protected by: its lock.
+  let contextStorage = Mutex<ContextStorage>(ContextStorage())
+  /// Protected by: its lock.
+  let specifics = Mutex<[ObjectIdentifier: any Sendable]>([:])
+
+  // MARK: Creation
+
+  /// Creates a custom queue.
+  ///
+  /// - Parameters:
+  ///   - label: A name for diagnostics.
+  ///   - attributes: `.concurrent` for a concurrent queue (serial otherwise);
+  ///     `.initiallyInactive` to configure it before ``activate()``.
+  ///   - width: For concurrent queues, how many items may run at once (default: no limit
+  ///     beyond the pool). A width below 1, or a width on a serial queue, is a client bug.
+  ///   - target: Where the queue's work runs (default: `Queue.global(.default)`).
+  public init(
+    label: String, attributes: Attributes = [], width: Int? = nil, target: Queue? = nil
+  ) {
+    self.label = label
+    if attributes.contains(.concurrent) {
+      kind = .concurrent
+      if let width, width < 1 {
+        clientBug("concurrent queue width must be at least 1, got \(width) (queue \"\(label)\")")
+      }
+      self.width = width ?? Int.max
+      concurrentState = Mutex(
+        ConcurrentState(inactive: attributes.contains(.initiallyInactive)))
+    } else {
+      kind = .serial
+      if let width {
+        clientBug("width \(width) given for serial queue \"\(label)\"; width applies to concurrent queues")
+      }
+      self.width = 1
+      concurrentState = nil
+      if attributes.contains(.initiallyInactive) {
+        state.store(SerialState.inactive, ordering: .relaxed)
+      }
+    }
+    installTarget(target ?? Queue.global(.default))
+  }
+
+  /// A global (root) queue.
+  private init(rootLabel: String, priority: Priority) {
+    label = rootLabel
+    kind = .root(priority)
+    width = Int.max
+    concurrentState = nil
+  }
+
+  deinit {
+    if kind == .serial {
+      let pending = serialHasPendingItems
+      freeSerialItems()
+      if pending {
+        clientBug("queue \"\(label)\" was released while suspended or inactive with work still queued")
+      }
+    } else if concurrentState?.withLock({ !$0.pending.isEmpty }) ?? false {
+      clientBug("queue \"\(label)\" was released while suspended or inactive with work still queued")
+    }
+    runFinalizer()
+  }
+
+  private static let roots: [Queue] = Priority.allCases.map {
+    Queue(rootLabel: "loopdispatch.global.\($0)", priority: $0)
+  }
+
+  /// The global queue for `priority`: a concurrent queue backed by the worker pool.
+  public static func global(_ priority: Priority = .default) -> Queue {
+    roots[priority.rawValue]
+  }
+
+  // MARK: Target
+
+  /// The queue this queue's work runs on (`nil` for global queues).
+  public var target: Queue? {
+    guard let raw = targetPointer.load(ordering: .acquiring) else { return nil }
+    // Safe: every target ever installed stays retained by `targetsKeptAlive`.
+    return Unmanaged<Queue>.fromOpaque(raw).takeUnretainedValue()
+  }
+
+  /// The root (global) queue at the end of the target chain; its priority is the queue's.
+  var root: Queue {
+    var queue = self
+    while let next = queue.target { queue = next }
+    return queue
+  }
+
+  /// The priority the queue's work runs at: its root's.
+  public var priority: Priority {
+    if case .root(let priority) = root.kind { return priority }
+    return .default
+  }
+
+  /// Makes `target` this queue's target. Takes effect for work scheduled afterwards.
+  ///
+  /// Setting a target on a global queue, or a target that would form a cycle, is a client bug.
+  public func setTarget(_ target: Queue) {
+    if case .root = kind { clientBug("setTarget on global queue \"\(label)\"; global queues have no target") }
+    var walker: Queue? = target
+    while let current = walker {
+      if current === self {
+        clientBug("setTarget(\"\(target.label)\") on queue \"\(label)\" would create a target cycle")
+      }
+      walker = current.target
+    }
+    installTarget(target)
+  }
+
+  private func installTarget(_ target: Queue) {
+    targetsKeptAlive.withLock { $0.append(target) }
+    // Releasing; pairs with the acquiring load in `target`.
+    targetPointer.store(Unmanaged.passUnretained(target).toOpaque(), ordering: .releasing)
+  }
+
+  // MARK: Submission
+
+  /// Schedules `work` to run on this queue and returns at once.
+  ///
+  /// - Parameters:
+  ///   - flags: `.barrier` to run alone on a custom concurrent queue.
+  ///   - work: Runs on a pool thread (or the main thread, for the main queue).
+  public func async(flags: Flags = [], execute work: @escaping @Sendable () -> Void) {
+    let barrier = flags.contains(.barrier)
+    switch kind {
+    case .root(let priority):
+      WorkerPool.shared.submit(.closure(wrapRootItem(work)), priority: priority)
+    case .serial:
+      serialEnqueue(.closure(work, barrier: barrier))
+    case .concurrent:
+      concurrentEnqueue(.closure(work, barrier: barrier))
+    }
+  }
+
+  /// Wraps a global-queue item so that `Queue.current` reports the global queue while it runs.
+  private func wrapRootItem(_ work: @escaping @Sendable () -> Void) -> @Sendable () -> Void {
+    { [unowned(unsafe) self] in
+      // Safe: global queues live for the whole process.
+      ThreadFrame.with(self, exclusive: false) { work() }
+    }
+  }
+
+  /// Hands this queue's drain (for a serial child) to this queue. Called by the child.
+  func enqueueDrain(of child: Queue) {
+    switch kind {
+    case .root(let priority):
+      WorkerPool.shared.submit(.runnable(child), priority: priority)
+    case .serial:
+      serialEnqueue(.drain(child))
+    case .concurrent:
+      concurrentEnqueue(.drain(child))
+    }
+  }
+
+  /// Runs one item of this queue on the calling thread (which holds what the item needs).
+  @inline(__always)
+  func perform(_ work: QueueWork) {
+    switch work {
+    case .closure(let body, _): body()
+    case .drain(let child): child.drainSerial()
+    case .syncWaiter(let waiter, _): waiter.handOff()
+    }
+  }
+}
+
+extension Queue: PoolRunnable {
+  /// A serial queue scheduled directly on a global queue is drained by a pool worker.
+  func runFromPool() { drainSerial() }
+}
+
+extension Queue: CustomStringConvertible {
+  public var description: String { "Queue(\"\(label)\")" }
+}
