@@ -1,0 +1,151 @@
+import Glibc
+import LoopDispatch
+import Synchronization
+import TestSupport
+import Testing
+
+@Suite struct ConcurrentQueueTests {
+  @Test func itemsReallyRunInParallel() {
+    let queue = Queue(label: "parallel", attributes: .concurrent)
+    // Two items that can only finish if both are running at the same time.
+    let arrived = Counter()
+    let bothInside = Latch()
+    let finished = Counter()
+    let done = Latch()
+    for _ in 0..<2 {
+      queue.async {
+        if arrived.increment() == 2 { bothInside.open() }
+        let met = bothInside.wait(seconds: 30)
+        if met && finished.increment() == 2 { done.open() }
+      }
+    }
+    #expect(done.wait(seconds: 60))
+  }
+
+  @Test func barriersExcludeReadersAndWritersUnderLoad() {
+    let queue = Queue(label: "rw", attributes: .concurrent)
+    let readers = Atomic<Int>(0)
+    let writers = Atomic<Int>(0)
+    let violations = Counter()
+    let finished = Counter()
+    let done = Latch()
+    let operations = 30_000
+    // Protected by: the barrier (only written while no reader or writer runs).
+    let store = Shared([Int: Int]())
+    for producer in 0..<4 {
+      Queue.global().async {
+        for index in 0..<(operations / 4) {
+          if index % 10 == 0 {
+            queue.async(flags: .barrier) {
+              if writers.wrappingAdd(1, ordering: .sequentiallyConsistent).newValue != 1
+                || readers.load(ordering: .sequentiallyConsistent) != 0
+              {
+                violations.increment()
+              }
+              store.value[producer * 100_000 + index] = index
+              writers.wrappingSubtract(1, ordering: .sequentiallyConsistent)
+              if finished.increment() == operations { done.open() }
+            }
+          } else {
+            let read: @Sendable () -> Void = {
+              readers.wrappingAdd(1, ordering: .sequentiallyConsistent)
+              if writers.load(ordering: .sequentiallyConsistent) != 0 { violations.increment() }
+              _ = store.value.count
+              readers.wrappingSubtract(1, ordering: .sequentiallyConsistent)
+            }
+            if index % 2 == 0 {
+              queue.sync(execute: read)
+              if finished.increment() == operations { done.open() }
+            } else {
+              queue.async {
+                read()
+                if finished.increment() == operations { done.open() }
+              }
+            }
+          }
+        }
+      }
+    }
+    #expect(done.wait(seconds: 120))
+    #expect(violations.current == 0)
+    #expect(queue.sync(flags: .barrier) { store.value.count } == operations / 10)
+  }
+
+  @Test func widthLimitHoldsThroughTargetChains() {
+    let outer = Queue(label: "outer", attributes: .concurrent, width: 2)
+    let inner = Queue(label: "inner", attributes: .concurrent, width: 8, target: outer)
+    let running = Atomic<Int>(0)
+    let maximum = Atomic<Int>(0)
+    let finished = Counter()
+    let done = Latch()
+    let items = 2_000
+    for _ in 0..<items {
+      inner.async {
+        let now = running.wrappingAdd(1, ordering: .sequentiallyConsistent).newValue
+        var seen = maximum.load(ordering: .relaxed)
+        while now > seen {
+          let (exchanged, original) = maximum.compareExchange(
+            expected: seen, desired: now, ordering: .relaxed)
+          if exchanged { break }
+          seen = original
+        }
+        for _ in 0..<200 { spinHint() }
+        running.wrappingSubtract(1, ordering: .sequentiallyConsistent)
+        if finished.increment() == items { done.open() }
+      }
+    }
+    #expect(done.wait(seconds: 60))
+    #expect(maximum.load(ordering: .relaxed) <= 2)
+    #expect(maximum.load(ordering: .relaxed) >= 1)
+  }
+
+  @Test func serialQueueStaysSerialThroughAConcurrentTarget() {
+    let concurrent = Queue(label: "wide", attributes: .concurrent)
+    let serial = Queue(label: "narrow", target: concurrent)
+    let inside = Atomic<Int>(0)
+    let overlaps = Counter()
+    let log = Shared([Int]())  // Only touched on `serial`.
+    for index in 0..<5_000 {
+      serial.async {
+        if inside.wrappingAdd(1, ordering: .sequentiallyConsistent).newValue != 1 {
+          overlaps.increment()
+        }
+        log.value.append(index)
+        inside.wrappingSubtract(1, ordering: .sequentiallyConsistent)
+      }
+    }
+    #expect(serial.sync { log.value } == Array(0..<5_000))
+    #expect(overlaps.current == 0)
+  }
+
+  @Test func barrierSyncRunsAloneAndReturnsAValue() {
+    let queue = Queue(label: "barrier-sync", attributes: .concurrent)
+    let value = queue.sync(flags: .barrier) { Queue.current?.label }
+    #expect(value == "barrier-sync")
+  }
+
+  @Test func suspendAndInactiveHoldConcurrentWork() {
+    let queue = Queue(label: "c-inactive", attributes: [.concurrent, .initiallyInactive])
+    let ran = Counter()
+    for _ in 0..<10 { queue.async { ran.increment() } }
+    let probe = Latch()
+    Queue.global().async { probe.open() }
+    _ = probe.wait()
+    #expect(ran.current == 0)
+    queue.activate()
+    #expect(queue.sync(flags: .barrier) { ran.current } == 10)
+    queue.suspend()
+    queue.async { ran.increment() }
+    Queue.global().sync {}
+    #expect(ran.current == 10)
+    queue.resume()
+    #expect(queue.sync(flags: .barrier) { ran.current } == 11)
+  }
+
+  @Test func barrierOnGlobalQueueIsAPlainSubmission() {
+    let done = Latch()
+    Queue.global().async(flags: .barrier) { done.open() }
+    #expect(done.wait())
+    #expect(Queue.global(.high).sync(flags: .barrier) { 7 } == 7)
+  }
+}

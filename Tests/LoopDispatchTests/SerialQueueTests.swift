@@ -1,0 +1,157 @@
+import Glibc
+import LoopDispatch
+import Synchronization
+import TestSupport
+import Testing
+
+@Suite struct SerialQueueTests {
+  @Test func fifoPerProducerWithFourProducersAndAMillionItems() {
+    let queue = Queue(label: "fifo")
+    let producers = 4
+    let perProducer = 250_000
+    // Only touched on `queue`, which runs one item at a time.
+    let lastSeen = Shared([Int](repeating: -1, count: producers))
+    let outOfOrder = Shared(0)
+    let total = Shared(0)
+    let done = Latch()
+    let group = Latch()
+    let started = Counter()
+    for producer in 0..<producers {
+      Queue.global().async {
+        started.increment()
+        for index in 0..<perProducer {
+          queue.async {
+            if lastSeen.value[producer] != index - 1 { outOfOrder.value += 1 }
+            lastSeen.value[producer] = index
+            total.value += 1
+            if total.value == producers * perProducer { done.open() }
+          }
+        }
+        if started.current == producers { group.open() }
+      }
+    }
+    #expect(done.wait(seconds: 120))
+    #expect(outOfOrder.value == 0)
+    #expect(total.value == producers * perProducer)
+  }
+
+  @Test func neverRunsTwoItemsAtOnce() {
+    let queue = Queue(label: "exclusive")
+    let inside = Atomic<Int>(0)
+    let overlaps = Counter()
+    let finished = Counter()
+    let done = Latch()
+    let items = 20_000
+    for _ in 0..<items {
+      Queue.global().async {
+        queue.async {
+          if inside.wrappingAdd(1, ordering: .sequentiallyConsistent).newValue != 1 {
+            overlaps.increment()
+          }
+          for _ in 0..<50 { spinHint() }
+          inside.wrappingSubtract(1, ordering: .sequentiallyConsistent)
+          if finished.increment() == items { done.open() }
+        }
+      }
+    }
+    #expect(done.wait(seconds: 60))
+    #expect(overlaps.current == 0)
+  }
+
+  @Test func syncReturnsTheValueRunsOnTheCallerAndRethrows() throws {
+    let queue = Queue(label: "sync")
+    let caller = pthread_self()
+    let (value, sameThread) = queue.sync { (42, pthread_self() == caller) }
+    #expect(value == 42)
+    #expect(sameThread)
+    struct Oops: Error, Equatable {}
+    #expect(throws: Oops()) {
+      try queue.sync { () throws(Oops) -> Int in throw Oops() }
+    }
+    // After an error the queue still works.
+    #expect(queue.sync { Queue.current === queue })
+  }
+
+  @Test func syncWaitsBehindEarlierItemsInOrder() {
+    let queue = Queue(label: "sync-order")
+    let log = Shared([Int]())  // Only touched on `queue`.
+    let gate = Latch()
+    queue.async { _ = gate.wait() }
+    for index in 0..<100 { queue.async { log.value.append(index) } }
+    Queue.global().async { gate.open() }
+    let snapshot = queue.sync { log.value }
+    #expect(snapshot == Array(0..<100))
+  }
+
+  @Test func suspendHoldsItemsAndResumeReleasesThemInOrder() {
+    let queue = Queue(label: "suspend")
+    let log = Shared([Int]())  // Only touched on `queue`.
+    queue.suspend()
+    queue.suspend()
+    let ran = Counter()
+    for index in 0..<10 {
+      queue.async {
+        log.value.append(index)
+        ran.increment()
+      }
+    }
+    // Nothing runs while suspended: a global item that runs after them proves time passed.
+    let probe = Latch()
+    Queue.global().async { probe.open() }
+    _ = probe.wait()
+    #expect(ran.current == 0)
+    queue.resume()
+    #expect(ran.current == 0)  // Still suspended once.
+    queue.resume()
+    #expect(queue.sync { log.value } == Array(0..<10))
+  }
+
+  @Test func inactiveQueueRunsNothingUntilActivated() {
+    let queue = Queue(label: "inactive", attributes: .initiallyInactive)
+    let ran = Counter()
+    for _ in 0..<5 { queue.async { ran.increment() } }
+    let probe = Latch()
+    Queue.global().async { probe.open() }
+    _ = probe.wait()
+    #expect(ran.current == 0)
+    queue.activate()
+    queue.activate()  // Idempotent.
+    #expect(queue.sync { ran.current } == 5)
+  }
+
+  @Test func resumeActivatesAnInactiveQueue() {
+    let queue = Queue(label: "resume-activates", attributes: .initiallyInactive)
+    let ran = Counter()
+    queue.async { ran.increment() }
+    queue.resume()
+    #expect(queue.sync { ran.current } == 1)
+  }
+
+  @Test func floodedQueueDoesNotStarveOthers() {
+    let flooded = Queue(label: "flooded")
+    let other = Queue(label: "other")
+    let items = 200_000
+    let progress = Counter()
+    let done = Latch()
+    let progressWhenOtherRan = Shared(-1)
+    let otherRan = Latch()
+    for _ in 0..<items {
+      flooded.async {
+        if progress.increment() == items { done.open() }
+      }
+    }
+    other.async {
+      progressWhenOtherRan.value = progress.current
+      otherRan.open()
+    }
+    #expect(otherRan.wait())
+    #expect(done.wait(seconds: 60))
+    // The other queue got a worker long before the flood was drained.
+    #expect(progressWhenOtherRan.value < items)
+  }
+}
+
+@inline(__always) func spinHint() {
+  // A tiny amount of work that the optimiser cannot drop.
+  _ = Atomic<Int>(0).load(ordering: .sequentiallyConsistent)
+}
