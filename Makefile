@@ -23,8 +23,9 @@ build: deps
 run: deps
 	$(SWIFT) run $(WERROR) Examples
 
-## test: every test, plus the leak-checked MainLoop run.
-test: lint test-unit test-leaks
+## test: lint, every test, the MainLoop tests under LeakSanitizer and every test under
+## ThreadSanitizer (stress sizes scaled down there; see LOOPDISPATCH_TEST_SCALE).
+test: lint test-unit test-leaks test-tsan
 
 test-unit: deps
 	$(SWIFT) build --build-tests $(WERROR)
@@ -35,9 +36,11 @@ test-leaks: deps
 	ASAN_OPTIONS=detect_leaks=1 $(SWIFT) test --scratch-path .build/asan --sanitize=address \
 	  $(WERROR) --disable-xctest --filter MainLoopTests
 
-## test-tsan: tests under ThreadSanitizer.
+## test-tsan: tests under ThreadSanitizer, failing on any report.
 test-tsan: deps
-	$(SWIFT) test --scratch-path .build/tsan --sanitize=thread $(WERROR)
+	LOOPDISPATCH_TEST_SCALE=0.05 TSAN_OPTIONS=halt_on_error=1 $(SWIFT) test \
+	  --scratch-path .build/tsan --sanitize=thread $(WERROR) --disable-xctest \
+	  --filter 'MainLoopTests|LoopDispatchTests'
 
 ## bench: the Benchmarks package in release mode; prints a table of ratios.
 bench: deps

@@ -29,7 +29,7 @@ import Testing
     let violations = Counter()
     let finished = Counter()
     let done = Latch()
-    let operations = 30_000
+    let operations = scaled(30_000) / 40 * 40
     // Protected by: the barrier (only written while no reader or writer runs).
     let store = Shared([Int: Int]())
     for producer in 0..<4 {
@@ -78,7 +78,7 @@ import Testing
     let maximum = Atomic<Int>(0)
     let finished = Counter()
     let done = Latch()
-    let items = 2_000
+    let items = scaled(2_000)
     for _ in 0..<items {
       inner.async {
         let now = running.wrappingAdd(1, ordering: .sequentiallyConsistent).newValue

@@ -74,7 +74,7 @@ import Testing
   }
 
   @Test func applyRunsEveryIterationOnceAndSpreadsOverThePool() {
-    let iterations = 100_000
+    let iterations = scaled(100_000)
     let threads = Locked(Set<UInt>())
     let seen = UnsafeMutablePointer<Atomic<Int>>.allocate(capacity: iterations)
     for index in 0..<iterations { (seen + index).initialize(to: Atomic(0)) }

@@ -8,7 +8,7 @@ import Testing
   @Test func fifoPerProducerWithFourProducersAndAMillionItems() {
     let queue = Queue(label: "fifo")
     let producers = 4
-    let perProducer = 250_000
+    let perProducer = scaled(250_000)
     // Only touched on `queue`, which runs one item at a time.
     let lastSeen = Shared([Int](repeating: -1, count: producers))
     let outOfOrder = Shared(0)
@@ -41,7 +41,7 @@ import Testing
     let overlaps = Counter()
     let finished = Counter()
     let done = Latch()
-    let items = 20_000
+    let items = scaled(20_000)
     for _ in 0..<items {
       Queue.global().async {
         queue.async {
@@ -130,7 +130,7 @@ import Testing
   @Test func floodedQueueDoesNotStarveOthers() {
     let flooded = Queue(label: "flooded")
     let other = Queue(label: "other")
-    let items = 200_000
+    let items = scaled(200_000)
     let progress = Counter()
     let done = Latch()
     let progressWhenOtherRan = Shared(-1)

@@ -24,7 +24,7 @@ import Testing
 
   @Test func fifoPerProducerWithFourProducers() {
     let producers = 4
-    let perProducer = 100_000
+    let perProducer = scaled(100_000)
     let lastSeen = LoopConfined([Int](repeating: -1, count: producers))
     let outOfOrder = LoopConfined(0)
     let ran = LoopConfined(0)

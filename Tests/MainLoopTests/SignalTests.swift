@@ -48,10 +48,9 @@ import Testing
   @Test func terminationSignalIsHeldWhileWatched() async {
     // SIGTERM's default action would kill the child; the watch turns it into an event.
     await #expect(processExitsWith: .exitCode(7)) {
-      let loop = EventLoop(name: "term")
+      let loop = boundLoop("term")  // The watch is added before watchSignal returns.
       let got = LoopConfined(false)
       let watch = try loop.watchSignal(SIGTERM) { got.value = true }
-      loop.run(until: .now + .milliseconds(1))
       kill(getpid(), SIGTERM)
       loop.run(until: { got.value }, deadline: .now + .seconds(10))
       watch.cancel()

@@ -72,3 +72,12 @@ public final class Locked<Value: Sendable>: Sendable {
   }
   public var value: Value { storage.withLock { $0 } }
 }
+
+/// Scales a stress size by `LOOPDISPATCH_TEST_SCALE` (default 1). Sanitizer runs in `make
+/// test` use a smaller scale; the full sizes run in the plain test pass.
+public func scaled(_ size: Int) -> Int {
+  guard let raw = getenv("LOOPDISPATCH_TEST_SCALE"), let scale = Double(String(cString: raw)),
+    scale > 0
+  else { return size }
+  return Swift.max(1, Int(Double(size) * scale))
+}

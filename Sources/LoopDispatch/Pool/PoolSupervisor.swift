@@ -23,7 +23,7 @@ final class PoolSupervisor: @unchecked Sendable {
   /// 0 awake, 1 asleep without a timeout (waiting for `noteWorkWaiting`).
   private let word = FutexWord(0)
   /// Protected by: its lock.
-  private let workers = Mutex<[Worker]>([])
+  private let workers = LockedValue<[Worker]>([])
 
   func start(pool: WorkerPool) {
     let started = NativeThread.spawn(name: "ld.supervisor") { [self] in run(pool) }

@@ -16,7 +16,7 @@ import Synchronization
 /// 3. The supervisor (`PoolSupervisor.swift`) adds a worker when work waits and every worker
 ///    is blocked, up to `maximumThreads`; extra workers retire after `idleRetirement`.
 final class WorkerPool: @unchecked Sendable {
-  // @unchecked Sendable: mutable state is in `state` (a Mutex) or atomic.
+  // @unchecked Sendable: mutable state is in `state` (behind its lock) or atomic.
 
   /// The process-wide pool, started on first use.
   static let shared = WorkerPool()
@@ -39,7 +39,7 @@ final class WorkerPool: @unchecked Sendable {
   }
 
   /// Protected by: its own lock.
-  let state = Mutex(State())
+  let state = LockedValue(State())
   /// Atomic. Jobs in the lanes (a hint for spinning and for the supervisor; the lanes under
   /// the lock are the truth).
   let pendingJobs = Atomic<Int>(0)

@@ -1,9 +1,12 @@
-import Synchronization
+import MainLoop
 
-/// A queue's context value and finalizer. Protected by the queue's `contextStorage` lock.
-struct ContextStorage {
-  var value: (any Sendable)?
+/// A queue's rarely used state. Protected by the queue's `extras` lock.
+struct QueueExtras {
+  /// Every target the queue has had (see `Queue.targetPointer`).
+  var targetsKeptAlive: [Queue] = []
+  var context: (any Sendable)?
   var finalizer: (@Sendable ((any Sendable)?) -> Void)?
+  var specifics: [ObjectIdentifier: any Sendable] = [:]
 }
 
 /// A typed key for ``Queue/setSpecific(key:value:)``; keys compare by identity.
@@ -14,8 +17,8 @@ public final class SpecificKey<Value: Sendable>: Sendable {
 extension Queue {
   /// A value attached to the queue, handed to the finalizer when the queue goes away.
   public var context: (any Sendable)? {
-    get { contextStorage.withLock { $0.value } }
-    set { contextStorage.withLock { $0.value = newValue } }
+    get { extras.withLock { $0.context } }
+    set { extras.withLock { $0.context = newValue } }
   }
 
   /// Sets the closure that receives ``context`` once the queue is gone.
@@ -23,12 +26,12 @@ extension Queue {
   /// The finalizer runs exactly once, on the queue's target, after every item submitted
   /// before the last reference to the queue was dropped has run.
   public func setFinalizer(_ finalizer: @escaping @Sendable ((any Sendable)?) -> Void) {
-    contextStorage.withLock { $0.finalizer = finalizer }
+    extras.withLock { $0.finalizer = finalizer }
   }
 
   /// Called from `deinit`.
   func runFinalizer() {
-    let (value, finalizer) = contextStorage.withLock { ($0.value, $0.finalizer) }
+    let (value, finalizer) = extras.withLock { ($0.context, $0.finalizer) }
     guard let finalizer else { return }
     let target = self.target ?? Queue.global()
     target.async { finalizer(value) }
@@ -36,8 +39,8 @@ extension Queue {
 
   /// Attaches `value` to this queue under `key` (`nil` removes it).
   public func setSpecific<Value>(key: SpecificKey<Value>, value: Value?) {
-    specifics.withLock { table in
-      table[ObjectIdentifier(key)] = value.map { $0 as any Sendable }
+    extras.withLock { extras in
+      extras.specifics[ObjectIdentifier(key)] = value.map { $0 as any Sendable }
     }
   }
 
@@ -45,7 +48,7 @@ extension Queue {
   public func getSpecific<Value>(key: SpecificKey<Value>) -> Value? {
     var queue: Queue? = self
     while let current = queue {
-      if let found = current.specifics.withLock({ $0[ObjectIdentifier(key)] }) {
+      if let found = current.extras.withLock({ $0.specifics[ObjectIdentifier(key)] }) {
         return found as? Value
       }
       queue = current.target

@@ -59,21 +59,16 @@ public final class Queue: @unchecked Sendable {
   // MARK: Concurrent state
 
   /// Present for custom concurrent queues. Protected by its own lock.
-  let concurrentState: Mutex<ConcurrentState>?
+  let concurrentState: LockedValue<ConcurrentState>?
   /// Maximum items of a concurrent queue running at once.
   let width: Int
 
   // MARK: Target, context, specifics
 
-  /// Atomic. The current target, unretained; kept alive by `targetsKeptAlive`.
+  /// Atomic. The current target, unretained; kept alive by `extras.targetsKeptAlive`.
   private let targetPointer = Atomic<UnsafeMutableRawPointer?>(nil)
-  /// Every target this queue has had, kept alive while the queue lives (so a racing reader
-  /// of `targetPointer` never sees a freed queue). Protected by: its lock.
-  private let targetsKeptAlive = Mutex<[Queue]>([])
-  /// Protected by: its lock.
-  let contextStorage = Mutex<ContextStorage>(ContextStorage())
-  /// Protected by: its lock.
-  let specifics = Mutex<[ObjectIdentifier: any Sendable]>([:])
+  /// Rarely used state, behind one lock to keep idle queues small.
+  let extras = LockedValue(QueueExtras())
 
   // MARK: Creation
 
@@ -96,7 +91,7 @@ public final class Queue: @unchecked Sendable {
         clientBug("concurrent queue width must be at least 1, got \(width) (queue \"\(label)\")")
       }
       self.width = width ?? Int.max
-      concurrentState = Mutex(
+      concurrentState = LockedValue(
         ConcurrentState(inactive: attributes.contains(.initiallyInactive)))
     } else {
       kind = .serial
@@ -147,7 +142,7 @@ public final class Queue: @unchecked Sendable {
   /// The queue this queue's work runs on (`nil` for global queues).
   public var target: Queue? {
     guard let raw = targetPointer.load(ordering: .acquiring) else { return nil }
-    // Safe: every target ever installed stays retained by `targetsKeptAlive`.
+    // Safe: every target ever installed stays retained by `extras.targetsKeptAlive`.
     return Unmanaged<Queue>.fromOpaque(raw).takeUnretainedValue()
   }
 
@@ -180,7 +175,7 @@ public final class Queue: @unchecked Sendable {
   }
 
   private func installTarget(_ target: Queue) {
-    targetsKeptAlive.withLock { $0.append(target) }
+    extras.withLock { $0.targetsKeptAlive.append(target) }
     // Releasing; pairs with the acquiring load in `target`.
     targetPointer.store(Unmanaged.passUnretained(target).toOpaque(), ordering: .releasing)
   }

@@ -1,6 +1,5 @@
 import CLibevent
 import Glibc
-import Synchronization
 
 /// A watch on a POSIX signal, registered with ``EventLoop/watchSignal(_:_:)``.
 ///
@@ -34,7 +33,7 @@ public final class SignalWatch: Sendable {
 /// signals of a process to one event base at a time, so the loop that first watches a signal
 /// keeps the role until its last signal watch is removed.
 /// Protected by: the mutex.
-private let signalOwner = Mutex<(id: ObjectIdentifier, name: String, watches: Int)?>(nil)
+private let signalOwner = LockedValue<(id: ObjectIdentifier, name: String, watches: Int)?>(nil)
 
 extension EventLoop {
   /// Watches `signal`; `handler` runs on the loop thread once per delivery batch.
