@@ -24,7 +24,9 @@ import Testing
       while spinning.current < workers { sched_yield() }
       let order = Locked([Priority]())
       let done = Latch()
-      let submissions: [Priority] = [.background, .low, .default, .high, .low, .high, .background, .default]
+      let submissions: [Priority] = [
+        .background, .low, .default, .high, .low, .high, .background, .default,
+      ]
       for priority in submissions {
         Queue.global(priority).async {
           let count = order.withLock { list -> Int in

@@ -49,7 +49,9 @@ public final class Counter: Sendable {
   private let value = Atomic<Int>(0)
   public init() {}
   @discardableResult
-  public func increment() -> Int { value.wrappingAdd(1, ordering: .sequentiallyConsistent).newValue }
+  public func increment() -> Int {
+    value.wrappingAdd(1, ordering: .sequentiallyConsistent).newValue
+  }
   public func add(_ amount: Int) { value.wrappingAdd(amount, ordering: .sequentiallyConsistent) }
   public var current: Int { value.load(ordering: .sequentiallyConsistent) }
 }

@@ -28,7 +28,8 @@ final class PoolSupervisor: @unchecked Sendable {
   func start(pool: WorkerPool) {
     let started = NativeThread.spawn(name: "ld.supervisor") { [self] in run(pool) }
     if started == nil {
-      writeStandardError("LoopDispatch: could not start the pool supervisor; the pool will not grow\n")
+      writeStandardError(
+        "LoopDispatch: could not start the pool supervisor; the pool will not grow\n")
     }
   }
 

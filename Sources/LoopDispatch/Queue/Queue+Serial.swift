@@ -87,7 +87,8 @@ extension Queue {
     ThreadFrame.with(self, exclusive: true) {
       var ran = 0
       while true {
-        if state.load(ordering: .acquiring) & (SerialState.suspendMask | SerialState.inactive) != 0 {
+        if state.load(ordering: .acquiring) & (SerialState.suspendMask | SerialState.inactive) != 0
+        {
           break
         }
         guard let node = takeNext() else { break }
@@ -140,7 +141,9 @@ extension Queue {
 
   /// Frees items left in a queue that is being deallocated, without running them.
   func freeSerialItems() {
-    var lists = [incoming.exchange(nil, ordering: .acquiring), backlogHead.load(ordering: .acquiring)]
+    var lists = [
+      incoming.exchange(nil, ordering: .acquiring), backlogHead.load(ordering: .acquiring),
+    ]
     for index in lists.indices {
       while let node = lists[index] {
         lists[index] = node.pointee.next
@@ -242,7 +245,8 @@ extension Queue {
   }
 
   func serialActivate() {
-    let previous = state.bitwiseAnd(~SerialState.inactive, ordering: .sequentiallyConsistent).oldValue
+    let previous = state.bitwiseAnd(~SerialState.inactive, ordering: .sequentiallyConsistent)
+      .oldValue
     if previous & SerialState.inactive != 0 && serialHasPendingItems { wakeUp() }
   }
 

@@ -96,7 +96,8 @@ public final class Queue: @unchecked Sendable {
     } else {
       kind = .serial
       if let width {
-        clientBug("width \(width) given for serial queue \"\(label)\"; width applies to concurrent queues")
+        clientBug(
+          "width \(width) given for serial queue \"\(label)\"; width applies to concurrent queues")
       }
       self.width = 1
       concurrentState = nil
@@ -120,10 +121,12 @@ public final class Queue: @unchecked Sendable {
       let pending = serialHasPendingItems
       freeSerialItems()
       if pending {
-        clientBug("queue \"\(label)\" was released while suspended or inactive with work still queued")
+        clientBug(
+          "queue \"\(label)\" was released while suspended or inactive with work still queued")
       }
     } else if concurrentState?.withLock({ !$0.pending.isEmpty }) ?? false {
-      clientBug("queue \"\(label)\" was released while suspended or inactive with work still queued")
+      clientBug(
+        "queue \"\(label)\" was released while suspended or inactive with work still queued")
     }
     runFinalizer()
   }
@@ -163,11 +166,14 @@ public final class Queue: @unchecked Sendable {
   ///
   /// Setting a target on a global queue, or a target that would form a cycle, is a client bug.
   public func setTarget(_ target: Queue) {
-    if case .root = kind { clientBug("setTarget on global queue \"\(label)\"; global queues have no target") }
+    if case .root = kind {
+      clientBug("setTarget on global queue \"\(label)\"; global queues have no target")
+    }
     var walker: Queue? = target
     while let current = walker {
       if current === self {
-        clientBug("setTarget(\"\(target.label)\") on queue \"\(label)\" would create a target cycle")
+        clientBug(
+          "setTarget(\"\(target.label)\") on queue \"\(label)\" would create a target cycle")
       }
       walker = current.target
     }
