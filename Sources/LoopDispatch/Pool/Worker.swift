@@ -30,8 +30,8 @@ final class Worker: @unchecked Sendable {
     pool.supervisor.register(self)
     defer { pool.supervisor.unregister(self) }
     while true {
-      if let job = pool.takeJob() {
-        run(job)
+      if let (job, priority) = pool.takeJob() {
+        run(job, from: Queue.global(priority))
         continue
       }
       if spinForWork() { continue }
@@ -39,11 +39,12 @@ final class Worker: @unchecked Sendable {
     }
   }
 
+  /// Runs `job` with a frame for its global queue, so `Queue.current` names it.
   @inline(__always)
-  private func run(_ job: PoolJob) {
+  private func run(_ job: PoolJob, from root: Queue) {
     busy.store(true, ordering: .relaxed)
     pool.jobsStarted.wrappingAdd(1, ordering: .relaxed)
-    job.run()
+    ThreadFrame.with(root, exclusive: false) { job.run() }
     busy.store(false, ordering: .relaxed)
   }
 

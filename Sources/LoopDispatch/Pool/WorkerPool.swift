@@ -25,8 +25,9 @@ final class WorkerPool: @unchecked Sendable {
   let baseThreads: Int
   /// Upper bound on worker threads (default 64; `LOOPDISPATCH_MAX_THREADS` overrides).
   let maximumThreads: Int
-  /// How long an extra (grown) worker stays parked before it exits.
-  let idleRetirement: Duration = .seconds(5)
+  /// How long an extra (grown) worker stays parked before it exits (default 5 s;
+  /// `LOOPDISPATCH_IDLE_RETIREMENT_MS` overrides).
+  let idleRetirement: Duration
   /// How many empty checks a worker spins through before parking.
   let spinLimit = 2_000
 
@@ -53,13 +54,9 @@ final class WorkerPool: @unchecked Sendable {
 
   private init() {
     baseThreads = Int(cls_available_cpus())
-    var maximum = 64
-    if let raw = getenv("LOOPDISPATCH_MAX_THREADS"), let value = Int(String(cString: raw)),
-      value >= 1
-    {
-      maximum = value
-    }
+    let maximum = environmentInteger("LOOPDISPATCH_MAX_THREADS") ?? 64
     maximumThreads = Swift.max(maximum, baseThreads)
+    idleRetirement = .milliseconds(environmentInteger("LOOPDISPATCH_IDLE_RETIREMENT_MS") ?? 5_000)
     for _ in 0..<baseThreads { _ = spawnWorker(isExtra: false) }
     supervisor.start(pool: self)
   }
@@ -80,15 +77,16 @@ final class WorkerPool: @unchecked Sendable {
     }
   }
 
-  /// Takes the first job of the highest non-empty lane. Any worker thread.
+  /// Takes the first job of the highest non-empty lane, with that lane's priority.
+  /// Any worker thread.
   @inline(__always)
-  func takeJob() -> PoolJob? {
+  func takeJob() -> (PoolJob, Priority)? {
     if pendingJobs.load(ordering: .relaxed) == 0 { return nil }
     return state.withLock { state in
       for lane in 0..<state.lanes.count {
         if let job = state.lanes[lane].popFirst() {
           pendingJobs.wrappingSubtract(1, ordering: .relaxed)
-          return job
+          return (job, Priority(rawValue: lane)!)
         }
       }
       return nil
@@ -122,4 +120,12 @@ final class WorkerPool: @unchecked Sendable {
   var threadCount: Int { state.withLock { $0.threads } }
   /// Workers parked now.
   var parkedCount: Int { state.withLock { $0.idle.count } }
+}
+
+/// A positive integer from the environment, or nil.
+private func environmentInteger(_ name: String) -> Int? {
+  guard let raw = getenv(name), let value = Int(String(cString: raw)), value >= 1 else {
+    return nil
+  }
+  return value
 }

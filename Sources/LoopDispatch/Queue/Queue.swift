@@ -197,19 +197,11 @@ public final class Queue: @unchecked Sendable {
     let barrier = flags.contains(.barrier)
     switch kind {
     case .root(let priority):
-      WorkerPool.shared.submit(.closure(wrapRootItem(work)), priority: priority)
+      WorkerPool.shared.submit(.closure(work), priority: priority)
     case .serial:
       serialEnqueue(.closure(work, barrier: barrier))
     case .concurrent:
       concurrentEnqueue(.closure(work, barrier: barrier))
-    }
-  }
-
-  /// Wraps a global-queue item so that `Queue.current` reports the global queue while it runs.
-  private func wrapRootItem(_ work: @escaping @Sendable () -> Void) -> @Sendable () -> Void {
-    { [unowned(unsafe) self] in
-      // Safe: global queues live for the whole process.
-      ThreadFrame.with(self, exclusive: false) { work() }
     }
   }
 
