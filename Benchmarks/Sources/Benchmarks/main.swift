@@ -7,7 +7,8 @@ import MainLoop
 /// Every benchmark group, in table order. Add a group per area (queues, timers, sources) by
 /// listing it here.
 let groups: [BenchmarkGroup] = [
-  MainLoopBenchmarks.group
+  MainLoopBenchmarks.group,
+  QueueBenchmarks.group,
 ]
 
 let options = Options.parse(Array(CommandLine.arguments.dropFirst()))
