@@ -10,9 +10,10 @@ import Synchronization
 ///    sleep, not per submission).
 /// 2. Awake, it checks every `tick` (5 ms): if jobs are waiting, no worker is idle or
 ///    searching, no job has started since the last tick, and fewer workers are runnable
-///    (state `R` in `/proc/self/task/<tid>/stat`) than there are CPUs, then workers are
-///    blocked (sleeping, waiting on I/O or locks): it starts one more worker, up to the cap.
-///    A pool busy with CPU-bound work is not grown.
+///    (state `R` in `/proc/self/task/<tid>/stat`) than there are CPUs while every worker is
+///    inside a job, then workers are blocked (sleeping, waiting on I/O or locks): it starts
+///    one more worker, up to the cap. A pool busy with CPU-bound work, or contending on its
+///    own lock, is not grown.
 /// 3. When the lanes are empty it goes back to sleeping without a timeout, so an idle
 ///    process has no periodic wake-ups from the pool.
 final class PoolSupervisor: @unchecked Sendable {
@@ -71,21 +72,25 @@ final class PoolSupervisor: @unchecked Sendable {
       guard started == lastStarted, pool.pendingJobs.load(ordering: .relaxed) > 0,
         pool.searching.load(ordering: .relaxed) == 0, pool.parkedCount == 0
       else { continue }
-      if runnableWorkers() < pool.baseThreads {
+      if everyWorkerIsBlocked(pool) {
         pool.spawnWorker(isExtra: true)
       }
     }
   }
 
-  /// Busy workers whose thread is runnable (not blocked in the kernel).
-  private func runnableWorkers() -> Int {
+  /// Whether every worker is running a job and fewer than one per CPU are runnable.
+  ///
+  /// A worker that is not running a job (taking one, or waiting for the pool's lock) counts as
+  /// able to make progress, so contention on the pool itself never triggers growth.
+  private func everyWorkerIsBlocked(_ pool: WorkerPool) -> Bool {
     let snapshot = workers.withLock { $0 }
     var runnable = 0
-    for worker in snapshot where worker.busy.load(ordering: .relaxed) {
+    for worker in snapshot {
+      guard worker.busy.load(ordering: .relaxed) else { return false }
       let tid = worker.tid.load(ordering: .relaxed)
-      if tid != 0 && threadState(tid) == UInt8(ascii: "R") { runnable += 1 }
+      if tid == 0 || threadState(tid) == UInt8(ascii: "R") { runnable += 1 }
     }
-    return runnable
+    return runnable < pool.baseThreads
   }
 
   /// The one-letter state of thread `tid` of this process, from `/proc`.

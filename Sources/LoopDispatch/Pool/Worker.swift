@@ -7,7 +7,8 @@ final class Worker: @unchecked Sendable {
   // @unchecked Sendable: `parkWord` is atomic; `tid` is written once by the worker before
   // any other thread reads it (reads tolerate 0).
 
-  unowned let pool: WorkerPool
+  /// The pool lives for the whole process (a static singleton), so no reference counting.
+  unowned(unsafe) let pool: WorkerPool
   let id: Int
   let isExtra: Bool
   /// 1 while parked (or about to park), 0 once woken. Written to 1 by the worker under the
@@ -48,10 +49,12 @@ final class Worker: @unchecked Sendable {
     busy.store(false, ordering: .relaxed)
   }
 
-  /// Spins up to the pool's limit; returns true as soon as work appears.
+  /// Spins up to the pool's limit; returns true as soon as work appears. Returns false at
+  /// once when enough other workers are already spinning.
   private func spinForWork() -> Bool {
-    pool.searching.wrappingAdd(1, ordering: .sequentiallyConsistent)
+    let searchers = pool.searching.wrappingAdd(1, ordering: .sequentiallyConsistent).newValue
     defer { pool.searching.wrappingSubtract(1, ordering: .sequentiallyConsistent) }
+    if searchers > pool.maximumSearchers { return false }
     for _ in 0..<pool.spinLimit {
       if pool.pendingJobs.load(ordering: .relaxed) > 0 { return true }
       spinLoopHint()

@@ -29,7 +29,10 @@ final class WorkerPool: @unchecked Sendable {
   /// `LOOPDISPATCH_IDLE_RETIREMENT_MS` overrides).
   let idleRetirement: Duration
   /// How many empty checks a worker spins through before parking.
-  let spinLimit = 2_000
+  let spinLimit = 1_000
+  /// At most this many workers spin at once; the others park straight away, so idle
+  /// spinning never takes more than one core from the threads producing work.
+  let maximumSearchers = 1
 
   struct State {
     var lanes = (0..<Priority.allCases.count).map { _ in RingBuffer<PoolJob>(capacity: 256) }
@@ -40,7 +43,7 @@ final class WorkerPool: @unchecked Sendable {
   }
 
   /// Protected by: its own lock.
-  let state = LockedValue(State())
+  let state = LockedValue(State(), adaptive: true)
   /// Atomic. Jobs in the lanes (a hint for spinning and for the supervisor; the lanes under
   /// the lock are the truth).
   let pendingJobs = Atomic<Int>(0)

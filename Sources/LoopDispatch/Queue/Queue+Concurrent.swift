@@ -59,6 +59,10 @@ extension Queue {
 
   /// Sends one started item to the target, wrapped so that its completion is recorded.
   private func forward(_ work: QueueWork) {
+    if case .syncWaiter(let waiter, _) = work, waiter.callerReleasesSlot {
+      waiter.turn.signal()  // The caller runs now and calls `concurrentFinished` itself.
+      return
+    }
     let barrier = work.isBarrier
     let wrapped: @Sendable () -> Void = { [self] in
       ThreadFrame.with(self, exclusive: barrier) { perform(work) }
@@ -88,7 +92,7 @@ extension Queue {
   /// The uncontended `sync` of a concurrent queue targeting a global queue: takes a slot (or
   /// the whole queue, for a barrier) under the lock and returns true, or returns false.
   func concurrentTrySyncStart(barrier: Bool) -> Bool {
-    guard case .root = target!.kind else { return false }
+    guard targetIsRoot.load(ordering: .relaxed) else { return false }
     return concurrentState!.withLock { state in
       guard state.pending.isEmpty, state.canStart(barrier: barrier, width: width) else {
         return false

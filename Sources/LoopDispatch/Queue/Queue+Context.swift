@@ -31,6 +31,7 @@ extension Queue {
 
   /// Called from `deinit`.
   func runFinalizer() {
+    guard hasExtras else { return }
     let (value, finalizer) = extras.withLock { ($0.context, $0.finalizer) }
     guard let finalizer else { return }
     let target = self.target ?? Queue.global()
@@ -48,7 +49,9 @@ extension Queue {
   public func getSpecific<Value>(key: SpecificKey<Value>) -> Value? {
     var queue: Queue? = self
     while let current = queue {
-      if let found = current.extras.withLock({ $0.specifics[ObjectIdentifier(key)] }) {
+      if current.hasExtras,
+        let found = current.extras.withLock({ $0.specifics[ObjectIdentifier(key)] })
+      {
         return found as? Value
       }
       queue = current.target

@@ -176,6 +176,13 @@ extension Queue {
     return false
   }
 
+  /// Releases this queue's SYNC_LOCKED (taken alone, target is global).
+  @inline(__always)
+  func releaseSyncLock() {
+    state.wrappingSubtract(SerialState.syncLocked, ordering: .sequentiallyConsistent)
+    if serialHasPendingItems { wakeUp() }
+  }
+
   /// Releases SYNC_LOCKED from this queue up to (not including) `stop` (nil: to the root).
   func unlockSyncChain(upTo stop: Queue?) {
     var queue = self
@@ -205,18 +212,34 @@ extension Queue {
   }
 
   /// Waits for a turn on a busy queue, then runs `body` on the calling thread.
-  func syncSlow<T, E: Error>(barrier: Bool, _ body: () throws(E) -> T) throws(E) -> T {
+  ///
+  /// On a concurrent queue whose target is global, the turn is handed straight to the
+  /// caller, which runs `body` and then releases the slot itself: no worker is tied up.
+  /// Otherwise the thread that reaches the waiter holds the queue (and its target chain)
+  /// until `body` has run (`SyncWaiter.handOff`).
+  func syncSlow(barrier: Bool, _ body: () -> Void) {
     checkSyncDeadlock(barrier: barrier)
-    let waiter = SyncWaiter()
     switch kind {
-    case .serial: serialEnqueue(.syncWaiter(waiter, barrier: barrier))
-    case .concurrent: concurrentEnqueue(.syncWaiter(waiter, barrier: barrier))
-    case .root: internalBug("syncSlow on a global queue")
+    case .serial:
+      let waiter = SyncWaiter(callerReleasesSlot: false)
+      serialEnqueue(.syncWaiter(waiter, barrier: barrier))
+      waiter.turn.wait()
+      withChainFrames(body)
+      waiter.done.signal()
+    case .concurrent:
+      let direct = targetIsRoot.load(ordering: .relaxed)
+      let waiter = SyncWaiter(callerReleasesSlot: direct)
+      concurrentEnqueue(.syncWaiter(waiter, barrier: barrier))
+      waiter.turn.wait()
+      ThreadFrame.with(self, exclusive: barrier, body)
+      if direct {
+        concurrentFinished(barrier: barrier)
+      } else {
+        waiter.done.signal()
+      }
+    case .root:
+      internalBug("syncSlow on a global queue")
     }
-    waiter.turn.wait()
-    defer { waiter.done.signal() }
-    if kind == .serial { return try withChainFrames(body) }
-    return try ThreadFrame.with(self, exclusive: barrier, body)
   }
 
   // MARK: suspend / resume / activate

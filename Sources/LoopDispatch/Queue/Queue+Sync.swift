@@ -16,38 +16,56 @@ extension Queue {
   public func sync<T, E: Error>(
     flags: Flags = [], execute work: () throws(E) -> T
   ) throws(E) -> T {
-    try _sync(barrier: flags.contains(.barrier), work)
+    // The generic shell is inlined into the caller; the engine below is not generic, so it
+    // is compiled once, fully optimised, inside this module.
+    var result: Result<T, E>?
+    _sync(barrier: flags.contains(.barrier)) {
+      result = Result { () throws(E) -> T in try work() }
+    }
+    return try result!.get()
   }
 
   @usableFromInline
-  func _sync<T, E: Error>(barrier: Bool, _ work: () throws(E) -> T) throws(E) -> T {
+  func _sync(barrier: Bool, _ body: () -> Void) {
     switch kind {
     case .root:
-      return try ThreadFrame.with(self, exclusive: false, work)
+      ThreadFrame.with(self, exclusive: false, body)
     case .serial:
-      if trySyncLockChain() {
-        defer { unlockSyncChain(upTo: nil) }
-        return try withChainFrames(work)
+      if targetIsRoot.load(ordering: .relaxed) {
+        // One CAS in, one atomic subtract out.
+        if incoming.load(ordering: .relaxed) == nil, backlogHead.load(ordering: .relaxed) == nil,
+          state.compareExchange(
+            expected: 0, desired: SerialState.syncLocked, ordering: .sequentiallyConsistent
+          ).exchanged
+        {
+          ThreadFrame.with(self, exclusive: true, body)
+          releaseSyncLock()
+          return
+        }
+      } else if trySyncLockChain() {
+        withChainFrames(body)
+        unlockSyncChain(upTo: nil)
+        return
       }
-      return try syncSlow(barrier: barrier, work)
+      syncSlow(barrier: barrier, body)
     case .concurrent:
       if concurrentTrySyncStart(barrier: barrier) {
-        defer { concurrentFinished(barrier: barrier) }
-        return try ThreadFrame.with(self, exclusive: barrier, work)
+        ThreadFrame.with(self, exclusive: barrier, body)
+        concurrentFinished(barrier: barrier)
+        return
       }
-      return try syncSlow(barrier: barrier, work)
+      syncSlow(barrier: barrier, body)
     }
   }
 
   /// Runs `body` with frames pushed for this queue and every serial queue up its target
   /// chain (all held on this thread's behalf during a `sync`).
   /// The ancestors' frames are pushed first, so this queue's frame is innermost.
-  func withChainFrames<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
+  func withChainFrames(_ body: () -> Void) {
     if let next = target, next.kind == .serial {
-      return try next.withChainFrames { () throws(E) -> T in
-        try ThreadFrame.with(self, exclusive: true, body)
-      }
+      next.withChainFrames { ThreadFrame.with(self, exclusive: true, body) }
+    } else {
+      ThreadFrame.with(self, exclusive: true, body)
     }
-    return try ThreadFrame.with(self, exclusive: true, body)
   }
 }

@@ -65,10 +65,16 @@ public final class Queue: @unchecked Sendable {
 
   // MARK: Target, context, specifics
 
-  /// Atomic. The current target, unretained; kept alive by `extras.targetsKeptAlive`.
+  /// Atomic. The current target, unretained; kept alive by `firstTarget` or by
+  /// `extras.targetsKeptAlive`, so a racing reader never sees a freed queue.
   private let targetPointer = Atomic<UnsafeMutableRawPointer?>(nil)
-  /// Rarely used state, behind one lock to keep idle queues small.
-  let extras = LockedValue(QueueExtras())
+  /// Atomic. Whether the current target is a global queue (the common, fast case).
+  let targetIsRoot = Atomic<Bool>(false)
+  /// The target given at creation, retained for the queue's life.
+  private let firstTarget: Queue?
+  /// Atomic. Rarely used state (context, finalizer, specifics, later targets), allocated on
+  /// first use to keep idle queues small: a retained `LockedValue<QueueExtras>`, or nil.
+  private let extrasPointer = Atomic<UnsafeMutableRawPointer?>(nil)
 
   // MARK: Creation
 
@@ -105,7 +111,9 @@ public final class Queue: @unchecked Sendable {
         state.store(SerialState.inactive, ordering: .relaxed)
       }
     }
-    installTarget(target ?? Queue.global(.default))
+    let initial = target ?? Queue.global(.default)
+    firstTarget = initial
+    publishTarget(initial)
   }
 
   /// A global (root) queue.
@@ -114,6 +122,7 @@ public final class Queue: @unchecked Sendable {
     kind = .root(priority)
     width = Int.max
     concurrentState = nil
+    firstTarget = nil
   }
 
   deinit {
@@ -129,7 +138,27 @@ public final class Queue: @unchecked Sendable {
         "queue \"\(label)\" was released while suspended or inactive with work still queued")
     }
     runFinalizer()
+    if let raw = extrasPointer.load(ordering: .acquiring) {
+      Unmanaged<LockedValue<QueueExtras>>.fromOpaque(raw).release()
+    }
   }
+
+  /// The rarely used state, created on first use.
+  var extras: LockedValue<QueueExtras> {
+    if let raw = extrasPointer.load(ordering: .acquiring) {
+      // Safe: retained by this queue until deinit.
+      return Unmanaged<LockedValue<QueueExtras>>.fromOpaque(raw).takeUnretainedValue()
+    }
+    let fresh = Unmanaged.passRetained(LockedValue(QueueExtras()))
+    let (installed, existing) = extrasPointer.compareExchange(
+      expected: nil, desired: fresh.toOpaque(), ordering: .acquiringAndReleasing)
+    if installed { return fresh.takeUnretainedValue() }
+    fresh.release()
+    return Unmanaged<LockedValue<QueueExtras>>.fromOpaque(existing!).takeUnretainedValue()
+  }
+
+  /// Whether the extras were ever created (no allocation when they were not).
+  var hasExtras: Bool { extrasPointer.load(ordering: .acquiring) != nil }
 
   private static let roots: [Queue] = Priority.allCases.map {
     Queue(rootLabel: "loopdispatch.global.\($0)", priority: $0)
@@ -145,7 +174,7 @@ public final class Queue: @unchecked Sendable {
   /// The queue this queue's work runs on (`nil` for global queues).
   public var target: Queue? {
     guard let raw = targetPointer.load(ordering: .acquiring) else { return nil }
-    // Safe: every target ever installed stays retained by `extras.targetsKeptAlive`.
+    // Safe: every target ever installed stays retained (`firstTarget`, `extras`).
     return Unmanaged<Queue>.fromOpaque(raw).takeUnretainedValue()
   }
 
@@ -177,11 +206,17 @@ public final class Queue: @unchecked Sendable {
       }
       walker = current.target
     }
-    installTarget(target)
+    extras.withLock { $0.targetsKeptAlive.append(target) }
+    publishTarget(target)
   }
 
-  private func installTarget(_ target: Queue) {
-    extras.withLock { $0.targetsKeptAlive.append(target) }
+  /// Makes `target` current. The caller keeps it alive for the queue's life.
+  private func publishTarget(_ target: Queue) {
+    if case .root = target.kind {
+      targetIsRoot.store(true, ordering: .relaxed)
+    } else {
+      targetIsRoot.store(false, ordering: .relaxed)
+    }
     // Releasing; pairs with the acquiring load in `target`.
     targetPointer.store(Unmanaged.passUnretained(target).toOpaque(), ordering: .releasing)
   }

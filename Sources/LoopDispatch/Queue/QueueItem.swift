@@ -28,6 +28,13 @@ struct ItemNode {
 final class SyncWaiter: Sendable {
   let turn = OneShotEvent()
   let done = OneShotEvent()
+  /// True when the caller itself releases the concurrent queue's slot after its closure
+  /// (the queue then only signals `turn`, tying up no worker).
+  let callerReleasesSlot: Bool
+
+  init(callerReleasesSlot: Bool) {
+    self.callerReleasesSlot = callerReleasesSlot
+  }
 
   /// Runs on the drainer's thread, in the waiter's place in the queue.
   func handOff() {

@@ -11,12 +11,18 @@ package final class LockedValue<Value>: @unchecked Sendable {
 
   private let storage: ManagedBuffer<Value, pthread_mutex_t>
 
-  package init(_ value: Value) {
+  /// - Parameter adaptive: spin briefly before sleeping when contended
+  ///   (`PTHREAD_MUTEX_ADAPTIVE_NP`); for short critical sections taken by many threads.
+  package init(_ value: Value, adaptive: Bool = false) {
     storage = Storage.create(minimumCapacity: 1) { _ in value }
     storage.withUnsafeMutablePointerToElements { mutex in
       // Safe: the element storage is allocated (capacity >= 1) and lives as long as `storage`.
       mutex.initialize(to: pthread_mutex_t())
-      if pthread_mutex_init(mutex, nil) != 0 { internalBug("pthread_mutex_init failed") }
+      var attributes = pthread_mutexattr_t()
+      pthread_mutexattr_init(&attributes)
+      if adaptive { pthread_mutexattr_settype(&attributes, Int32(PTHREAD_MUTEX_ADAPTIVE_NP)) }
+      if pthread_mutex_init(mutex, &attributes) != 0 { internalBug("pthread_mutex_init failed") }
+      pthread_mutexattr_destroy(&attributes)
     }
   }
 
