@@ -53,7 +53,7 @@ extension Queue {
   /// a nested call never deadlocks.
   public func apply(iterations: Int, execute work: @Sendable (Int) -> Void) {
     if iterations <= 0 { return }
-    if kind == .serial {
+    if isSerialLike {
       sync { for index in 0..<iterations { work(index) } }
       return
     }

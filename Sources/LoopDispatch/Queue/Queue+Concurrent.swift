@@ -84,7 +84,7 @@ extension Queue {
   func submitForChild(_ body: @escaping @Sendable () -> Void) {
     switch kind {
     case .root(let priority): WorkerPool.shared.submit(.closure(body), priority: priority)
-    case .serial: serialEnqueue(.closure(body, barrier: false))
+    case .serial, .main: serialEnqueue(.closure(body, barrier: false))
     case .concurrent: concurrentEnqueue(.closure(body, barrier: false))
     }
   }

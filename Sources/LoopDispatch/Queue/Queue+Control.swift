@@ -8,7 +8,7 @@ extension Queue {
   public func suspend() {
     switch kind {
     case .root: return
-    case .serial: serialSuspend()
+    case .serial, .main: serialSuspend()
     case .concurrent: concurrentSuspend()
     }
   }
@@ -19,7 +19,7 @@ extension Queue {
   public func resume() {
     switch kind {
     case .root: return
-    case .serial: serialResume()
+    case .serial, .main: serialResume()
     case .concurrent: concurrentResume()
     }
   }
@@ -28,7 +28,7 @@ extension Queue {
   public func activate() {
     switch kind {
     case .root: return
-    case .serial: serialActivate()
+    case .serial, .main: serialActivate()
     case .concurrent: concurrentActivate()
     }
   }

@@ -68,10 +68,21 @@ extension Queue {
         expected: current, desired: current | SerialState.scheduled,
         ordering: .sequentiallyConsistent)
       if exchanged {
-        target!.enqueueDrain(of: self)
+        scheduleDrain()
         return
       }
       current = original
+    }
+  }
+
+  /// Hands the drain (and the SCHEDULED bit the caller holds) to whoever runs this queue:
+  /// the target, or for the main queue the main event loop.
+  @inline(__always)
+  func scheduleDrain() {
+    if kind == .main {
+      EventLoop.main.execute { [self] in drainSerial() }
+    } else {
+      target!.enqueueDrain(of: self)
     }
   }
 
@@ -98,7 +109,7 @@ extension Queue {
         ran += 1
         if ran == drainBudget && serialHasPendingItems {
           // Yield: go to the back of the target's line, still holding SCHEDULED.
-          target!.enqueueDrain(of: self)
+          scheduleDrain()
           return
         }
       }
@@ -198,6 +209,13 @@ extension Queue {
     var queue: Queue? = self
     while let current = queue {
       if case .root = current.kind { return }
+      if current.kind == .main && EventLoop.main.isInLoopThread
+        && !ThreadFrame.holds(current, exclusiveOnly: true)
+      {
+        clientBug(
+          "sync onto queue \"\(label)\", which runs on the main thread, from the main thread "
+            + "outside the main queue: the main loop could never run it (deadlock)")
+      }
       let exclusiveOnly = !(current === self && barrier && current.kind == .concurrent)
       if ThreadFrame.holds(current, exclusiveOnly: exclusiveOnly || current.kind == .serial) {
         if current === self {
@@ -220,7 +238,7 @@ extension Queue {
   func syncSlow(barrier: Bool, _ body: () -> Void) {
     checkSyncDeadlock(barrier: barrier)
     switch kind {
-    case .serial:
+    case .serial, .main:
       let waiter = SyncWaiter(callerReleasesSlot: false)
       serialEnqueue(.syncWaiter(waiter, barrier: barrier))
       waiter.turn.wait()

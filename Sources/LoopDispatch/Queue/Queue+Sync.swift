@@ -48,6 +48,8 @@ extension Queue {
         return
       }
       syncSlow(barrier: barrier, body)
+    case .main:
+      syncOnMainThread(body)
     case .concurrent:
       if concurrentTrySyncStart(barrier: barrier) {
         ThreadFrame.with(self, exclusive: barrier, body)
@@ -67,5 +69,38 @@ extension Queue {
     } else {
       ThreadFrame.with(self, exclusive: true, body)
     }
+  }
+
+  /// `sync` onto the main queue: the closure runs on the main thread, in its turn, while the
+  /// caller waits. From the main thread itself this could never return: a client bug.
+  private func syncOnMainThread(_ body: () -> Void) {
+    if EventLoop.main.isInLoopThread {
+      clientBug("sync onto the main queue from the main thread (deadlock)")
+    }
+    checkSyncDeadlock(barrier: false)
+    withoutActuallyEscaping(body) { escapable in
+      let call = MainThreadCall(escapable)
+      serialEnqueue(.closure({ call.run() }, barrier: false))
+      call.finished.wait()
+    }
+  }
+}
+
+/// A non-escaping closure lent to the main thread for the duration of a `sync`.
+private final class MainThreadCall: @unchecked Sendable {
+  // @unchecked Sendable: `body` is handed to exactly one thread (the main thread), which
+  // drops it before signalling `finished`; the lender waits for that signal before its
+  // borrow ends (`withoutActuallyEscaping` then checks nothing kept it).
+  private var body: (() -> Void)?
+  let finished = OneShotEvent()
+
+  init(_ body: @escaping () -> Void) { self.body = body }
+
+  func run() {
+    do {
+      let call = body.take()!
+      call()
+    }
+    finished.signal()
   }
 }

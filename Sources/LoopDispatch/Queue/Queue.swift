@@ -38,7 +38,12 @@ public final class Queue: @unchecked Sendable {
     case root(Priority)
     case serial
     case concurrent
+    /// The main queue: serial, drained by `EventLoop.main` on the process main thread.
+    case main
   }
+
+  /// Serial queues and the main queue share the lock-free serial machinery.
+  var isSerialLike: Bool { kind == .serial || kind == .main }
 
   /// The queue's name, shown in diagnostics and thread names.
   public let label: String
@@ -125,6 +130,15 @@ public final class Queue: @unchecked Sendable {
     firstTarget = nil
   }
 
+  /// The main queue.
+  private init(mainQueueLabel: String) {
+    label = mainQueueLabel
+    kind = .main
+    width = 1
+    concurrentState = nil
+    firstTarget = nil
+  }
+
   deinit {
     if kind == .serial {
       let pending = serialHasPendingItems
@@ -160,6 +174,10 @@ public final class Queue: @unchecked Sendable {
   /// Whether the extras were ever created (no allocation when they were not).
   var hasExtras: Bool { extrasPointer.load(ordering: .acquiring) != nil }
 
+  /// The main queue: serial, run by `EventLoop.main` on the process main thread (see
+  /// ``runMain()``). Posts from any thread wake the loop once per batch.
+  public static let main = Queue(mainQueueLabel: "loopdispatch.main")
+
   private static let roots: [Queue] = Priority.allCases.map {
     Queue(rootLabel: "loopdispatch.global.\($0)", priority: $0)
   }
@@ -187,8 +205,11 @@ public final class Queue: @unchecked Sendable {
 
   /// The priority the queue's work runs at: its root's.
   public var priority: Priority {
-    if case .root(let priority) = root.kind { return priority }
-    return .default
+    switch root.kind {
+    case .root(let priority): return priority
+    case .main: return .high
+    default: return .default
+    }
   }
 
   /// Makes `target` this queue's target. Takes effect for work scheduled afterwards.
@@ -198,6 +219,7 @@ public final class Queue: @unchecked Sendable {
     if case .root = kind {
       clientBug("setTarget on global queue \"\(label)\"; global queues have no target")
     }
+    if kind == .main { clientBug("setTarget on the main queue; the main queue has no target") }
     var walker: Queue? = target
     while let current = walker {
       if current === self {
@@ -233,7 +255,7 @@ public final class Queue: @unchecked Sendable {
     switch kind {
     case .root(let priority):
       WorkerPool.shared.submit(.closure(work), priority: priority)
-    case .serial:
+    case .serial, .main:
       serialEnqueue(.closure(work, barrier: barrier))
     case .concurrent:
       concurrentEnqueue(.closure(work, barrier: barrier))
@@ -245,7 +267,7 @@ public final class Queue: @unchecked Sendable {
     switch kind {
     case .root(let priority):
       WorkerPool.shared.submit(.runnable(child), priority: priority)
-    case .serial:
+    case .serial, .main:
       serialEnqueue(.drain(child))
     case .concurrent:
       concurrentEnqueue(.drain(child))
