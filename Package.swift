@@ -42,8 +42,15 @@ let package = Package(
     .target(name: "TestSupport", path: "Tests/TestSupport"),
     .testTarget(
       name: "MainLoopTests", dependencies: ["MainLoop", "CLibevent", "CLoopShims", "TestSupport"]),
-    .testTarget(name: "LoopDispatchTests", dependencies: ["LoopDispatch", "TestSupport"]),
-    .testTarget(name: "ExamplesTests", dependencies: ["Examples"]),
+    // Scenarios that must run on the process main thread (the main queue, runMain): the
+    // LoopDispatch tests launch this program and check its output.
+    .executableTarget(
+      name: "LoopDispatchTestHost", dependencies: ["LoopDispatch"],
+      path: "Tests/LoopDispatchTestHost", swiftSettings: strict),
+    .testTarget(
+      name: "LoopDispatchTests",
+      dependencies: ["LoopDispatch", "TestSupport", "LoopDispatchTestHost"]),
+    .testTarget(name: "ExamplesTests", dependencies: ["Examples", "TestSupport"]),
   ],
   swiftLanguageModes: [.v6]
 )

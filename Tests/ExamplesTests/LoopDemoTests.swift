@@ -1,8 +1,10 @@
+import TestSupport
 import Testing
 
 @Suite struct LoopDemoTests {
   @Test func loopDemoRunsOnTheMainThreadAndExitsCleanly() {
-    let (status, output) = runExample(["loop"])
+    let result = runProgram("Examples", ["loop"])
+    let (status, output) = (result.status, result.output)
     #expect(status == 0)
     #expect(output.contains("EventLoop.main runs on the process main thread: true"))
     #expect(output.contains("message 1"))
@@ -17,7 +19,8 @@ import Testing
   }
 
   @Test func unknownSubcommandFails() {
-    let (status, _) = runExample(["no-such-command"])
-    #expect(status == 2)
+    let result = runProgram("Examples", ["no-such-command"])
+    #expect(result.status == 2)
+    #expect(result.errorOutput.contains("unknown subcommand 'no-such-command'"))
   }
 }

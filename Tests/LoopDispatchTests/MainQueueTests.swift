@@ -1,0 +1,29 @@
+import TestSupport
+import Testing
+
+/// Main-queue behaviour runs in `LoopDispatchTestHost`, whose main thread runs the loop.
+@Suite struct MainQueueTests {
+  private func expectScenario(
+    _ name: String, sourceLocation: SourceLocation = #_sourceLocation
+  ) {
+    let result = runProgram("LoopDispatchTestHost", [name])
+    #expect(
+      result.status == 0, "\(result.output)\(result.errorOutput)", sourceLocation: sourceLocation)
+    #expect(result.output.contains("ok \(name)"), sourceLocation: sourceLocation)
+  }
+
+  @Test func itemsRunOnTheMainThreadInOrderPerProducer() { expectScenario("main-order") }
+  @Test func syncFromAWorkerRunsOnTheMainThread() { expectScenario("main-sync") }
+  @Test func mainQueueTimersAreNeverEarlyAndCancelReleases() { expectScenario("main-after") }
+  @Test func aFloodOfMainQueueWorkDoesNotStarveDescriptors() { expectScenario("main-fairness") }
+  @Test func runMainNeverReturnsAndStopExitsCleanly() { expectScenario("main-run-forever") }
+  @Test func semaphoreGateHoldsThenReleasesInOrder() { expectScenario("main-gate") }
+
+  @Test func syncOntoMainFromTheMainThreadTraps() {
+    let result = runProgram("LoopDispatchTestHost", ["main-sync-from-main"])
+    #expect(result.status != 0)
+    #expect(
+      result.errorOutput.contains(
+        "BUG IN CLIENT OF LOOPDISPATCH: sync onto the main queue from the main thread"))
+  }
+}

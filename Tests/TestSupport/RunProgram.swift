@@ -1,0 +1,70 @@
+import Glibc
+
+/// What a finished child process left behind.
+public struct ProgramResult: Sendable {
+  /// The exit status, or -1 if the process was killed by a signal.
+  public let status: Int32
+  /// The signal that killed it, or 0.
+  public let signal: Int32
+  public let output: String
+  public let errorOutput: String
+}
+
+/// Runs the executable `name`, built next to the test bundle, with `arguments`, and returns
+/// its exit status, standard output and standard error. Used for programs that must run on
+/// their own process main thread (the examples, the main-queue scenarios).
+public func runProgram(_ name: String, _ arguments: [String]) -> ProgramResult {
+  let executable = builtProductsDirectory() + "/" + name
+  var outPipe: [Int32] = [0, 0]
+  var errPipe: [Int32] = [0, 0]
+  precondition(pipe(&outPipe) == 0 && pipe(&errPipe) == 0)
+  var actions = posix_spawn_file_actions_t()
+  posix_spawn_file_actions_init(&actions)
+  posix_spawn_file_actions_adddup2(&actions, outPipe[1], 1)
+  posix_spawn_file_actions_adddup2(&actions, errPipe[1], 2)
+  posix_spawn_file_actions_addclose(&actions, outPipe[0])
+  posix_spawn_file_actions_addclose(&actions, errPipe[0])
+  let argv = ([executable] + arguments).map { strdup($0) } + [nil]
+  defer { for arg in argv { free(arg) } }
+  var pid = pid_t()
+  let rc = posix_spawn(&pid, executable, &actions, nil, argv, environ)
+  posix_spawn_file_actions_destroy(&actions)
+  close(outPipe[1])
+  close(errPipe[1])
+  precondition(rc == 0, "could not start \(executable): \(rc)")
+  // Read both pipes to the end (poll so neither can fill up and stall the child).
+  var output = [UInt8]()
+  var errors = [UInt8]()
+  var open = [outPipe[0], errPipe[0]]
+  var buffer = [UInt8](repeating: 0, count: 4096)
+  while !open.isEmpty {
+    var fds = open.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
+    if poll(&fds, nfds_t(fds.count), -1) < 0 { if errno == EINTR { continue } else { break } }
+    for entry in fds where entry.revents != 0 {
+      let n = read(entry.fd, &buffer, buffer.count)
+      if n > 0 {
+        if entry.fd == outPipe[0] { output += buffer[..<n] } else { errors += buffer[..<n] }
+      } else if n == 0 || errno != EINTR {
+        close(entry.fd)
+        open.removeAll { $0 == entry.fd }
+      }
+    }
+  }
+  var status: Int32 = 0
+  while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
+  let signal = status & 0x7f
+  return ProgramResult(
+    status: signal == 0 ? (status >> 8) & 0xff : -1, signal: signal,
+    output: String(decoding: output, as: UTF8.self),
+    errorOutput: String(decoding: errors, as: UTF8.self))
+}
+
+/// The directory holding the test bundle and the package's executables.
+private func builtProductsDirectory() -> String {
+  var buffer = [CChar](repeating: 0, count: 4096)
+  let n = readlink("/proc/self/exe", &buffer, buffer.count - 1)
+  precondition(n > 0)
+  let selfPath = String(decoding: buffer[..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+  return selfPath.split(separator: "/", omittingEmptySubsequences: false).dropLast()
+    .joined(separator: "/")
+}
