@@ -10,7 +10,10 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <linux/sockios.h>
 #include <stdint.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
@@ -93,6 +96,18 @@ static inline void *cls_frame_get(void) {
   return cls_frame_slot_();
 }
 static inline void cls_frame_set(void *frame) { *cls_frame_slot_ptr_() = frame; }
+
+/// Bytes readable now on `fd` (FIONREAD), or -1 with errno set.
+static inline int cls_bytes_readable(int fd) {
+  int n = 0;
+  return ioctl(fd, FIONREAD, &n) == 0 ? n : -1;
+}
+
+/// Bytes queued but not yet sent on socket `fd` (SIOCOUTQ), or -1 with errno set.
+static inline int cls_socket_unsent(int fd) {
+  int n = 0;
+  return ioctl(fd, SIOCOUTQ, &n) == 0 ? n : -1;
+}
 
 static inline int cls_eventfd(unsigned int initval, int flags) { return eventfd(initval, flags); }
 static const int cls_efd_nonblock_cloexec = EFD_NONBLOCK | EFD_CLOEXEC;

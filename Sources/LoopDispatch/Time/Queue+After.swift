@@ -62,7 +62,7 @@ public final class DelayedWork: Sendable {
 extension Queue {
   /// Submits `work` to this queue no earlier than `delay` from now.
   ///
-  /// Timers of the main queue live on the main loop; the others on LoopDispatch's timer
+  /// Timers of the main queue live on the main loop; the others on LoopDispatch's service
   /// thread, which enqueues the work here when it fires. A delay of zero or less behaves
   /// like ``async(flags:execute:)``.
   @discardableResult
@@ -82,7 +82,7 @@ extension Queue {
       delayed.fire()
       return delayed
     }
-    let timer = TimerThread.loop(for: self).schedule(at: deadline) { delayed.fire() }
+    let timer = ServiceLoop.loop(for: self).schedule(at: deadline) { delayed.fire() }
     delayed.attach(timer)
     return delayed
   }

@@ -94,6 +94,15 @@ final class EventRegistration: @unchecked Sendable {
     handler?(what)
   }
 
+  /// Adds a fired one-shot event back to the base. Loop thread only. No effect once
+  /// cancelled or removed.
+  func rearmOnLoop() {
+    guard state == .added, !isCancelled, let event else { return }
+    if event_add(event, nil) != 0 {
+      internalBug("event_add failed re-arming \(descriptor): errno \(errno)")
+    }
+  }
+
   /// Requests cancellation; `completion` runs on the loop thread once the event is removed.
   func cancel(then completion: (@Sendable () -> Void)?) {
     // Releasing; pairs with the acquiring load in `fire`.

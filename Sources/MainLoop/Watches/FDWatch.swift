@@ -36,14 +36,30 @@ public final class FDWatch: Sendable {
   public let interest: FDInterest
   let registration: EventRegistration
 
-  init(fd: Int32, interest: FDInterest, registration: EventRegistration) {
+  init(fd: Int32, interest: FDInterest, oneShot: Bool, registration: EventRegistration) {
     self.fd = fd
     self.interest = interest
+    self.isOneShot = oneShot
     self.registration = registration
   }
 
   /// Whether ``cancel(then:)`` has been called.
   public var isCancelled: Bool { registration.isCancelled }
+
+  /// Whether the watch is one-shot (see ``EventLoop/watch(fd:for:oneShot:_:)``).
+  public let isOneShot: Bool
+
+  /// Re-arms a one-shot watch after it fired, so that it reports the next readiness.
+  /// Safe from any thread (off the loop thread it takes effect on the loop's next turn).
+  /// No effect on a cancelled watch or one that has not fired.
+  public func rearm() {
+    if registration.loop.isInLoopThread {
+      registration.rearmOnLoop()
+    } else {
+      let registration = self.registration
+      registration.loop.execute { registration.rearmOnLoop() }
+    }
+  }
 
   /// Stops the watch. Safe from any thread; calling it again only adds a completion.
   ///
@@ -63,20 +79,23 @@ extension EventLoop {
   ///     non-blocking.
   ///   - interest: ``FDInterest/read`` or ``FDInterest/write``.
   ///   - handler: Runs on the loop thread each turn the descriptor is ready (level-triggered).
+  ///   - oneShot: When true, the watch reports readiness once and then stays quiet until
+  ///     ``FDWatch/rearm()`` (for handing readiness to another thread without spinning).
   /// - Throws: ``EventLoopError`` for a negative or closed descriptor, a regular file or a
   ///   directory, or a registration the kernel refuses.
   /// - Thread-safety: callable from any thread. Off the loop thread the descriptor is checked
   ///   at once and the registration completes on the loop's next turn.
   public func watch(
-    fd: Int32, for interest: FDInterest, _ handler: @escaping @Sendable () -> Void
+    fd: Int32, for interest: FDInterest, oneShot: Bool = false,
+    _ handler: @escaping @Sendable () -> Void
   ) throws(EventLoopError) -> FDWatch {
     try Self.validatePollable(fd)
     let registration = EventRegistration(loop: self, descriptor: "fd \(fd) \(interest)") { _ in
       handler()
     }
-    let flags = interest.libeventFlags | cl_ev_persist
+    let flags = interest.libeventFlags | (oneShot ? 0 : cl_ev_persist)
     try register(registration, fd: fd, events: flags)
-    return FDWatch(fd: fd, interest: interest, registration: registration)
+    return FDWatch(fd: fd, interest: interest, oneShot: oneShot, registration: registration)
   }
 
   /// Adds `registration` now on the loop thread (throwing on failure) or posts the add.

@@ -1,0 +1,177 @@
+import CLoopShims
+import Glibc
+import MainLoop
+
+/// Readiness of a file descriptor, delivered to a queue: see ``ReadSource`` and
+/// ``WriteSource``.
+///
+/// Walk-through:
+/// 1. On activation the descriptor gets a one-shot watch on the source's loop (the main
+///    loop when the target is the main queue, else the service loop). A regular file is
+///    always ready, as in GCD: it gets no watch, and a delivery is due while bytes remain.
+/// 2. When the watch fires, the loop checks that the descriptor still refers to the file it
+///    had at creation (device and inode). If the number was closed and reused, the event
+///    belongs to someone else: it is dropped, the watch stays disarmed, and one warning line
+///    says so. Otherwise readiness is merged and a delivery scheduled.
+/// 3. The handler runs on the target queue with `data` computed just before it runs. Only
+///    after it returns is the watch re-armed, so unread data fires again (level semantics)
+///    without the loop spinning while the handler works. Hang-up and errors show as
+///    readiness; a read then returns 0 or the error.
+/// 4. Cancel removes the watch on the loop; only then may the cancel handler close the
+///    descriptor.
+final class FileDescriptorCore: SourceCore, @unchecked Sendable {
+  // @unchecked Sendable: `watchState` is behind its lock; the base documents the rest.
+  let fd: Int32
+  let interest: FDInterest
+  let label: String
+  private let device: UInt
+  private let inode: UInt
+  private let isRegularFile: Bool
+  private let isListeningSocket: Bool
+  private let isSocket: Bool
+
+  private struct WatchState {
+    var watch: FDWatch?
+    var tornDown = false
+  }
+  /// Protected by: its lock.
+  private let watchState = LockedValue(WatchState())
+
+  init(fd: Int32, interest: FDInterest, queue: Queue, label: String) throws(EventLoopError) {
+    if fd < 0 { throw .negativeDescriptor(fd) }
+    var info = stat()
+    if fstat(fd, &info) != 0 {
+      throw errno == EBADF ? .closedDescriptor(fd) : .registrationFailed(errno: errno)
+    }
+    let type = info.st_mode & S_IFMT
+    if type == S_IFDIR { throw .notPollable(fd, kind: "directory") }
+    self.fd = fd
+    self.interest = interest
+    self.label = label
+    device = UInt(info.st_dev)
+    inode = UInt(info.st_ino)
+    isRegularFile = type == S_IFREG
+    isSocket = type == S_IFSOCK
+    var accepting: Int32 = 0
+    var length = socklen_t(MemoryLayout<Int32>.size)
+    isListeningSocket =
+      isSocket && getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &length) == 0
+      && accepting != 0
+    super.init(queue: queue, merge: .replace)
+  }
+
+  override func arm() {
+    if isRegularFile {
+      signal(1)
+      return
+    }
+    watchState.withLock { state in
+      guard !state.tornDown else { return }
+      do {
+        state.watch = try loop.watch(fd: fd, for: interest, oneShot: true) { [self] in
+          readinessFired()
+        }
+      } catch {
+        writeStandardError(
+          "LoopDispatch: \(label) could not watch fd \(fd): \(error); the source will not fire\n")
+      }
+    }
+  }
+
+  /// Loop thread.
+  private func readinessFired() {
+    var info = stat()
+    guard fstat(fd, &info) == 0, UInt(info.st_dev) == device, UInt(info.st_ino) == inode else {
+      writeStandardError(
+        "LoopDispatch: \(label): fd \(fd) was closed (and perhaps reused) while the source watched it; "
+          + "cancel a source before closing its descriptor. The event is dropped.\n")
+      return
+    }
+    signal(1)
+  }
+
+  override func didDeliver() {
+    if isRegularFile {
+      if interest == .write || remainingFileBytes() > 0 { signal(1) }
+      return
+    }
+    watchState.withLock { $0.watch }?.rearm()
+  }
+
+  override func dataForDelivery(_ merged: UInt) -> UInt {
+    switch interest {
+    case .read:
+      if isRegularFile { return UInt(remainingFileBytes()) }
+      if isListeningSocket { return 1 }
+      return UInt(Swift.max(0, cls_bytes_readable(fd)))
+    case .write:
+      guard isSocket else { return 1 }
+      var size: Int32 = 0
+      var length = socklen_t(MemoryLayout<Int32>.size)
+      guard getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, &length) == 0 else { return 1 }
+      let unsent = Swift.max(0, cls_socket_unsent(fd))
+      return UInt(Swift.max(1, Int(size) - Int(unsent)))
+    }
+  }
+
+  private func remainingFileBytes() -> Int {
+    var info = stat()
+    guard fstat(fd, &info) == 0 else { return 0 }
+    let offset = lseek(fd, 0, SEEK_CUR)
+    return offset < 0 ? 0 : Swift.max(0, Int(info.st_size) - Int(offset))
+  }
+
+  override func teardown(_ completion: @escaping @Sendable () -> Void) {
+    let watch = watchState.withLock { state -> FDWatch? in
+      state.tornDown = true
+      defer { state.watch = nil }
+      return state.watch
+    }
+    if let watch {
+      watch.cancel(then: completion)
+    } else {
+      completion()
+    }
+  }
+}
+
+/// Delivers "readable" for a descriptor to a queue. ``Source/data`` is the number of bytes
+/// available to read (1 for a listening socket; the bytes left for a regular file, which is
+/// always ready).
+///
+/// Cancel the source before closing the descriptor, and close it in the cancel handler.
+public final class ReadSource: Source, @unchecked Sendable {
+  /// The watched descriptor.
+  public let fd: Int32
+
+  /// Creates an inactive read source for `fd` whose handler runs on `queue`.
+  /// - Throws: ``EventLoopError`` for a negative or closed descriptor or a directory.
+  public init(fd: Int32, queue: Queue = .global(), label: String = "read-source")
+    throws(EventLoopError)
+  {
+    self.fd = fd
+    let core = try FileDescriptorCore(
+      fd: fd, interest: .read, queue: queue, label: "read source \"\(label)\"")
+    super.init(core: core, label: label)
+  }
+}
+
+/// Delivers "writable" for a descriptor to a queue. ``Source/data`` estimates the bytes that
+/// can be written (socket buffer space; 1 for other descriptors).
+///
+/// Cancel the source before closing the descriptor, and close it in the cancel handler.
+public final class WriteSource: Source, @unchecked Sendable {
+  /// The watched descriptor.
+  public let fd: Int32
+
+  /// Creates an inactive write source for `fd` whose handler runs on `queue`.
+  /// - Throws: ``EventLoopError`` for a negative or closed descriptor or a directory.
+  public init(fd: Int32, queue: Queue = .global(), label: String = "write-source")
+    throws(EventLoopError)
+  {
+    self.fd = fd
+    let core = try FileDescriptorCore(
+      fd: fd, interest: .write, queue: queue, label: "write source \"\(label)\"")
+    super.init(core: core, label: label)
+  }
+}

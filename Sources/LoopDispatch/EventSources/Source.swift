@@ -1,0 +1,68 @@
+import MainLoop
+
+/// What every source has: handlers, activation, suspension and cancellation.
+///
+/// Sources start inactive: set the handlers, then call ``activate()``. Every handler runs on
+/// the target queue; the event handler never runs concurrently with itself. A source keeps
+/// its target queue alive until it is cancelled.
+///
+/// Dropping the last reference to an active source cancels it: no further event handler
+/// runs, and the cancel handler (if any) runs once. A handler that captures its own source
+/// keeps it alive (as in GCD): cancel such a source, which releases the handlers.
+///
+/// Thread-safety: every method may be called from any thread.
+public class Source: @unchecked Sendable {
+  // @unchecked Sendable: all state is in `core`, which documents its own protection.
+  let core: SourceCore
+  /// A name for diagnostics.
+  public let label: String
+
+  init(core: SourceCore, label: String) {
+    self.core = core
+    self.label = label
+  }
+
+  deinit {
+    core.cancel()
+  }
+
+  /// The queue the handlers run on.
+  public var queue: Queue { core.queue }
+
+  /// The data of the current event, read inside the event handler: bytes readable (read
+  /// sources), writable space estimate (write sources), fires since the last handler run
+  /// (timer and signal sources) or the merged value (data sources).
+  public var data: UInt { core.currentData.load(ordering: .relaxed) }
+
+  /// Sets the closure run on the target queue for each batch of events.
+  public func setEventHandler(_ handler: (@Sendable () -> Void)?) {
+    core.handlers.withLock { $0.event = handler }
+  }
+
+  /// Sets the closure run once on the target queue after ``cancel()``, last of all.
+  public func setCancelHandler(_ handler: (@Sendable () -> Void)?) {
+    core.handlers.withLock { $0.cancel = handler }
+  }
+
+  /// Sets the closure run once on the target queue when the source is activated.
+  public func setRegistrationHandler(_ handler: (@Sendable () -> Void)?) {
+    core.handlers.withLock { $0.registration = handler }
+  }
+
+  /// Starts the source (idempotent).
+  public func activate() { core.activate() }
+
+  /// Stops handler deliveries until a matching ``resume()``; events meanwhile are merged.
+  public func suspend() { core.suspend() }
+
+  /// Undoes one ``suspend()``; on a source never activated and never suspended, activates
+  /// it. Resuming a source that is not suspended is a client bug and traps.
+  public func resume() { core.resume(label: "source \"\(label)\"") }
+
+  /// Stops the source: no event handler starts after this returns; the cancel handler runs
+  /// once, after any running event handler, on the target queue.
+  public func cancel() { core.cancel() }
+
+  /// Whether ``cancel()`` has been called.
+  public var isCancelled: Bool { core.isCancelled }
+}

@@ -1,0 +1,207 @@
+import MainLoop
+import Synchronization
+
+/// How new event data combines with data not yet handed to the handler.
+enum DataMerge {
+  case add
+  case or
+  case replace
+}
+
+/// The engine shared by every source: data merging, handler delivery on the target queue,
+/// suspension and the cancel protocol. Kinds (fd, timer, signal, data) subclass it to
+/// register with a loop and compute their data.
+///
+/// Delivery walk-through:
+/// 1. An event (on a loop thread, or `DataSource.add` on any thread) merges its data into
+///    `pendingData`, then `scheduleDelivery()` CASes PENDING into `status` if the source is
+///    active, not suspended, not cancelled and not already pending, and submits `deliver`
+///    to the target queue (or runs it inline when the target is the main queue and the event
+///    arrived on the idle main loop: no thread hop).
+/// 2. `deliver` takes the data (exchange with 0) and runs the event handler, unless the
+///    source was cancelled meanwhile. While PENDING is set no second delivery starts, so the
+///    handler never runs concurrently with itself, on any target queue.
+/// 3. It then clears PENDING and lets the kind react (`didDeliver`: an fd source re-arms its
+///    one-shot watch only now), and starts another delivery if data arrived meanwhile.
+///
+/// Cancel walk-through:
+/// 1. `cancel()` sets CANCELLED; from then on no delivery starts and a pending one skips the
+///    handler.
+/// 2. Two things must finish before the cancel handler runs: the kind's teardown (the loop
+///    registration removed, so the descriptor may be closed) and any delivery in flight.
+///    `cancelSteps` counts them down from 2; whoever takes it to 0 submits the cancel handler
+///    to the target queue. It runs exactly once, last.
+/// 3. The handlers are then released (breaking cycles through closures that capture the
+///    source), and the target queue with them when the source goes away.
+class SourceCore: @unchecked Sendable {
+  // @unchecked Sendable: `status`, `suspendCount`, `pendingData`, `currentData` and
+  // `cancelSteps` are atomic; `handlers` is behind its lock; the rest is immutable.
+
+  struct Handlers {
+    var event: (@Sendable () -> Void)?
+    var cancel: (@Sendable () -> Void)?
+    var registration: (@Sendable () -> Void)?
+  }
+
+  static let activated: UInt32 = 1
+  static let pending: UInt32 = 2
+  static let cancelled: UInt32 = 4
+
+  let queue: Queue
+  let loop: EventLoop
+  let merge: DataMerge
+  let status = Atomic<UInt32>(0)
+  let suspendCount = Atomic<Int>(0)
+  let pendingData = Atomic<UInt>(0)
+  /// The data of the delivery in progress; read by the handler through `Source.data`.
+  let currentData = Atomic<UInt>(0)
+  private let cancelSteps = Atomic<Int>(2)
+  let handlers = LockedValue(Handlers())
+
+  init(queue: Queue, merge: DataMerge) {
+    self.queue = queue
+    self.loop = ServiceLoop.loop(for: queue)
+    self.merge = merge
+  }
+
+  var isCancelled: Bool { status.load(ordering: .acquiring) & Self.cancelled != 0 }
+
+  // MARK: Kind hooks
+
+  /// Registers with the loop. Called once, by `activate`.
+  func arm() {}
+  /// Runs on the target queue after each delivery (with or without the handler).
+  func didDeliver() {}
+  /// Removes the registration, then calls `completion` (any thread).
+  func teardown(_ completion: @escaping @Sendable () -> Void) { completion() }
+  /// The data to hand to the handler, given what was merged.
+  func dataForDelivery(_ merged: UInt) -> UInt { merged }
+  /// Whether a delivery is due even with no merged data (fd readiness merges 1).
+  var deliversEmpty: Bool { false }
+
+  // MARK: Lifecycle
+
+  func activate() {
+    let previous = status.bitwiseOr(Self.activated, ordering: .acquiringAndReleasing).oldValue
+    if previous & (Self.activated | Self.cancelled) != 0 { return }
+    arm()
+    if let registered = handlers.withLock({ $0.registration }) { queue.async(execute: registered) }
+    if pendingData.load(ordering: .acquiring) != 0 { scheduleDelivery() }
+  }
+
+  func suspend() {
+    suspendCount.wrappingAdd(1, ordering: .acquiringAndReleasing)
+  }
+
+  func resume(label: String) {
+    var current = suspendCount.load(ordering: .acquiring)
+    while true {
+      if current == 0 {
+        if status.load(ordering: .acquiring) & Self.activated == 0 {
+          activate()
+          return
+        }
+        clientBug("resume() on \(label) that is not suspended (over-resume)")
+      }
+      let (done, actual) = suspendCount.compareExchange(
+        expected: current, desired: current - 1, ordering: .acquiringAndReleasing)
+      if done { break }
+      current = actual
+    }
+    if current == 1 { scheduleDelivery() }
+  }
+
+  func cancel() {
+    let previous = status.bitwiseOr(Self.cancelled, ordering: .acquiringAndReleasing).oldValue
+    if previous & Self.cancelled != 0 { return }
+    teardown { [self] in cancelStepDone() }
+    if previous & Self.pending == 0 { cancelStepDone() }
+  }
+
+  private func cancelStepDone() {
+    guard cancelSteps.wrappingSubtract(1, ordering: .acquiringAndReleasing).newValue == 0 else {
+      return
+    }
+    queue.async { [self] in
+      let cancelHandler = handlers.withLock { handlers -> (@Sendable () -> Void)? in
+        let taken = handlers.cancel
+        handlers = Handlers()
+        return taken
+      }
+      cancelHandler?()
+    }
+  }
+
+  // MARK: Events and delivery
+
+  /// Merges `value` into the pending data and schedules a delivery. Any thread.
+  func signal(_ value: UInt) {
+    switch merge {
+    case .add: pendingData.wrappingAdd(value, ordering: .acquiringAndReleasing)
+    case .or: pendingData.bitwiseOr(value, ordering: .acquiringAndReleasing)
+    case .replace: pendingData.store(value, ordering: .releasing)
+    }
+    scheduleDelivery()
+  }
+
+  func scheduleDelivery() {
+    var current = status.load(ordering: .acquiring)
+    while true {
+      guard current & Self.activated != 0, current & (Self.pending | Self.cancelled) == 0,
+        suspendCount.load(ordering: .acquiring) == 0,
+        pendingData.load(ordering: .acquiring) != 0 || deliversEmpty
+      else { return }
+      let (claimed, actual) = status.compareExchange(
+        expected: current, desired: current | Self.pending, ordering: .acquiringAndReleasing)
+      if claimed { break }
+      current = actual
+    }
+    if loop.isInLoopThread && queue.kind == .main && queue.runInlineIfIdle({ deliver() }) {
+      return
+    }
+    queue.async { [self] in deliver() }
+  }
+
+  /// Runs on the target queue with PENDING held.
+  private func deliver() {
+    let merged = pendingData.exchange(0, ordering: .acquiringAndReleasing)
+    if !isCancelled && suspendCount.load(ordering: .acquiring) == 0 {
+      if merged != 0 || deliversEmpty {
+        currentData.store(dataForDelivery(merged), ordering: .relaxed)
+        if let handler = handlers.withLock({ $0.event }) { handler() }
+      }
+    } else if merged != 0 {
+      // Suspended meanwhile: keep the data for the delivery after resume.
+      signalWithoutScheduling(merged)
+    }
+    let previous = status.bitwiseAnd(~Self.pending, ordering: .acquiringAndReleasing).oldValue
+    if previous & Self.cancelled != 0 {
+      cancelStepDone()
+      return
+    }
+    didDeliver()
+    if pendingData.load(ordering: .acquiring) != 0 { scheduleDelivery() }
+  }
+
+  private func signalWithoutScheduling(_ value: UInt) {
+    switch merge {
+    case .add: pendingData.wrappingAdd(value, ordering: .acquiringAndReleasing)
+    case .or, .replace: pendingData.bitwiseOr(value, ordering: .acquiringAndReleasing)
+    }
+  }
+}
+
+extension Queue {
+  /// Runs `body` at once on the calling thread if this (main) queue is idle, holding it as a
+  /// `sync` would; returns false without running it otherwise. Main loop thread only.
+  func runInlineIfIdle(_ body: () -> Void) -> Bool {
+    guard incoming.load(ordering: .relaxed) == nil, backlogHead.load(ordering: .relaxed) == nil,
+      state.compareExchange(
+        expected: 0, desired: SerialState.syncLocked, ordering: .sequentiallyConsistent
+      ).exchanged
+    else { return false }
+    ThreadFrame.with(self, exclusive: true, body)
+    releaseSyncLock()
+    return true
+  }
+}

@@ -1,0 +1,108 @@
+import MainLoop
+import Synchronization
+
+/// A timer delivered to a queue: one-shot or repeating, re-schedulable at any time (also from
+/// its own handler). Fires never come early; fires missed while the handler was slow or the
+/// source suspended are coalesced into one handler run, and ``Source/data`` counts them.
+public final class TimerSource: Source, @unchecked Sendable {
+  /// Creates an inactive timer source whose handler runs on `queue`. Call
+  /// ``schedule(deadline:repeating:leeway:)`` and ``Source/activate()``.
+  public init(queue: Queue = .global(), label: String = "timer-source") {
+    super.init(core: TimerCore(queue: queue), label: label)
+  }
+
+  /// Sets when the timer fires: first at `deadline`, then every `repeating` (nil: once).
+  /// Replaces any earlier schedule. `leeway` is accepted for GCD compatibility; this timer
+  /// is always precise.
+  public func schedule(deadline: Deadline, repeating: Duration? = nil, leeway: Duration = .zero) {
+    (core as! TimerCore).schedule(deadline: deadline, interval: repeating)
+  }
+}
+
+/// Keeps one `LoopTimer` on the source's loop and counts fires.
+///
+/// Each fire computes how many periods have passed since the schedule started and adds the
+/// ones not yet counted, so periods the loop skipped are still counted.
+final class TimerCore: SourceCore, @unchecked Sendable {
+  // @unchecked Sendable: `plan` is behind its lock; the base documents the rest.
+  private struct Plan {
+    var timer: LoopTimer?
+    var generation: UInt64 = 0
+    var start: Deadline = .distantFuture
+    var interval: UInt64 = 0
+    var counted: UInt64 = 0
+    var armed = false
+    var scheduled = false
+  }
+  /// Protected by: its lock.
+  private let plan = LockedValue(Plan())
+
+  init(queue: Queue) {
+    super.init(queue: queue, merge: .add)
+  }
+
+  func schedule(deadline: Deadline, interval: Duration?) {
+    let nanos = interval.map { UInt64(Swift.max(1, $0.saturatingNanoseconds)) } ?? 0
+    let (old, start) = plan.withLock { plan -> (LoopTimer?, Bool) in
+      let old = plan.timer
+      plan.timer = nil
+      plan.generation &+= 1
+      plan.start = deadline
+      plan.interval = nanos
+      plan.counted = 0
+      plan.scheduled = true
+      return (old, plan.armed)
+    }
+    old?.cancel()
+    if start { startTimer() }
+  }
+
+  override func arm() {
+    let start = plan.withLock { plan -> Bool in
+      plan.armed = true
+      return plan.scheduled
+    }
+    if start { startTimer() }
+  }
+
+  private func startTimer() {
+    let (generation, start, interval) = plan.withLock { ($0.generation, $0.start, $0.interval) }
+    if isCancelled { return }
+    let fire: @Sendable () -> Void = { [weak self] in self?.fired(generation: generation) }
+    let timer =
+      interval == 0
+      ? loop.schedule(at: start, fire)
+      : loop.scheduleRepeating(every: .nanoseconds(Int64(interval)), startingAt: start, fire)
+    let stale = plan.withLock { plan -> Bool in
+      guard plan.generation == generation else { return true }
+      plan.timer = timer
+      return false
+    }
+    if stale { timer.cancel() }
+  }
+
+  /// Runs on the loop thread.
+  private func fired(generation: UInt64) {
+    let now = Deadline.now
+    let newFires = plan.withLock { plan -> UInt64 in
+      guard plan.generation == generation, now >= plan.start else { return 0 }
+      let total =
+        plan.interval == 0
+        ? 1 : (now.uptimeNanoseconds - plan.start.uptimeNanoseconds) / plan.interval + 1
+      let fresh = total > plan.counted ? total - plan.counted : 0
+      plan.counted = total
+      return fresh
+    }
+    if newFires > 0 { signal(UInt(newFires)) }
+  }
+
+  override func teardown(_ completion: @escaping @Sendable () -> Void) {
+    let timer = plan.withLock { plan -> LoopTimer? in
+      plan.generation &+= 1
+      defer { plan.timer = nil }
+      return plan.timer
+    }
+    timer?.cancel()
+    completion()
+  }
+}

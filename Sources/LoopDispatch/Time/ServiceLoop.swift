@@ -1,0 +1,25 @@
+import MainLoop
+
+/// The dedicated thread whose event loop keeps the timers of every queue except the main
+/// queue (whose timers live on the main loop) and watches the descriptors and signals of
+/// sources that do not target the main queue. It never runs user code: a fired timer or a
+/// ready descriptor only enqueues work onto its queue, so its timers stay punctual.
+enum ServiceLoop {
+  /// The service loop, started on first use on the thread `ld.service`.
+  static let shared: EventLoop = {
+    let loop = EventLoop(name: "ld.service")
+    let started = OneShotEvent()
+    let thread = NativeThread.spawn(name: "ld.service") {
+      loop.execute { started.signal() }
+      loop.run()
+    }
+    if thread == nil { internalBug("could not start the service loop thread") }
+    started.wait()
+    return loop
+  }()
+
+  /// The loop that keeps `queue`'s timers and sources: the main loop for the main queue.
+  static func loop(for queue: Queue) -> EventLoop {
+    queue.kind == .main ? EventLoop.main : shared
+  }
+}
