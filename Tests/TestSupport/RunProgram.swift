@@ -26,8 +26,19 @@ public func runProgram(_ name: String, _ arguments: [String]) -> ProgramResult {
   posix_spawn_file_actions_addclose(&actions, errPipe[0])
   let argv = ([executable] + arguments).map { strdup($0) } + [nil]
   defer { for arg in argv { free(arg) } }
+  // Children that trap on purpose must not start Swift's backtracer: it inherits the output
+  // pipes and can outlive the child (and it is slow under the sanitizers).
+  var environment: [UnsafeMutablePointer<CChar>?] = []
+  var entry = environ
+  while let variable = entry.pointee {
+    environment.append(strdup(variable))
+    entry += 1
+  }
+  environment.append(strdup("SWIFT_BACKTRACE=enable=no"))
+  environment.append(nil)
+  defer { for variable in environment { free(variable) } }
   var pid = pid_t()
-  let rc = posix_spawn(&pid, executable, &actions, nil, argv, environ)
+  let rc = posix_spawn(&pid, executable, &actions, nil, argv, environment)
   posix_spawn_file_actions_destroy(&actions)
   close(outPipe[1])
   close(errPipe[1])

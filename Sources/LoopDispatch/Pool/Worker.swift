@@ -4,8 +4,8 @@ import Synchronization
 
 /// One pool thread. Runs jobs, spins briefly when out of work, then parks on its own word.
 final class Worker: @unchecked Sendable {
-  // @unchecked Sendable: `parkWord` is atomic; `tid` is written once by the worker before
-  // any other thread reads it (reads tolerate 0).
+  // @unchecked Sendable: `parkWord`, `tid` and `busy` are atomic; `spinBudget` is only
+  // touched by the worker's own thread.
 
   /// The pool lives for the whole process (a static singleton), so no reference counting.
   unowned(unsafe) let pool: WorkerPool
@@ -19,6 +19,8 @@ final class Worker: @unchecked Sendable {
   let tid = Atomic<Int32>(0)
   /// Atomic. True while the worker runs a job (not searching, not parked).
   let busy = Atomic<Bool>(false)
+  /// Iterations of the next spin (adaptive; see `spinForWork`). Only touched by the worker.
+  private var spinBudget = 64
 
   init(pool: WorkerPool, id: Int, isExtra: Bool) {
     self.pool = pool
@@ -51,14 +53,23 @@ final class Worker: @unchecked Sendable {
 
   /// Spins up to the pool's limit; returns true as soon as work appears. Returns false at
   /// once when enough other workers are already spinning.
+  ///
+  /// The spin adapts: a spin that found work doubles the next one (up to the pool's
+  /// limit), a spin that found nothing halves it (down to a few iterations), so a worker
+  /// whose work arrives in bursts keeps catching it without a wake-up, while an idle pool
+  /// stops burning a core almost at once.
   private func spinForWork() -> Bool {
     let searchers = pool.searching.wrappingAdd(1, ordering: .sequentiallyConsistent).newValue
     defer { pool.searching.wrappingSubtract(1, ordering: .sequentiallyConsistent) }
     if searchers > pool.maximumSearchers { return false }
-    for _ in 0..<pool.spinLimit {
-      if pool.pendingJobs.load(ordering: .relaxed) > 0 { return true }
+    for _ in 0..<spinBudget {
+      if pool.pendingJobs.load(ordering: .relaxed) > 0 {
+        spinBudget = Swift.min(pool.spinLimit, spinBudget * 2)
+        return true
+      }
       spinLoopHint()
     }
+    spinBudget = Swift.max(8, spinBudget / 2)
     return false
   }
 

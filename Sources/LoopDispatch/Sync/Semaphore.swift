@@ -9,7 +9,7 @@ import Synchronization
 ///    (acquiring); a non-negative old value means a unit was available: no system call.
 /// 2. `signal` increments it (releasing); a negative old value means someone waits, so it
 ///    adds a wake token to `tokens` and wakes one sleeper (the only system call).
-/// 3. A waiter sleeps on `tokens` until it can take one with a CAS.
+/// 3. A waiter spins briefly, then sleeps on `tokens`, until it can take one with a CAS.
 /// 4. A waiter that times out tries to give back its decrement with a CAS on a still
 ///    negative `value`; if a signal already counted it (value no longer negative enough), a
 ///    token is on its way and it takes that instead, reporting success.
@@ -21,6 +21,8 @@ public final class Semaphore: @unchecked Sendable {
   private let value: Atomic<Int>
   private let tokens = FutexWord(0)
   private let initialValue: Int
+  /// Iterations of the bounded spin before sleeping (a few microseconds).
+  private static let spinIterations = 2_000
 
   /// Creates a semaphore with `value` units. A negative value is a client bug.
   public init(value: Int) {
@@ -65,6 +67,12 @@ public final class Semaphore: @unchecked Sendable {
 
   @inline(never)
   private func waitSlow(_ deadline: Deadline) -> WaitResult {
+    // A signal often follows within microseconds (a ping-pong, a short critical section):
+    // spin briefly on the token count before paying for a sleep and a wake-up.
+    for _ in 0..<Self.spinIterations {
+      if takeToken() { return .success }
+      spinLoopHint()
+    }
     while true {
       if takeToken() { return .success }
       let seen = tokens.atomic.pointee.load(ordering: .acquiring)

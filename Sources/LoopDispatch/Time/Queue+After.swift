@@ -1,61 +1,80 @@
 import MainLoop
+import Synchronization
 
 /// A handle to work scheduled with ``Queue/after(_:execute:)``; cancel it before it fires.
 ///
+/// Walk-through: `state` leaves "waiting" exactly once, by a CAS: to "fired" (the timer's
+/// loop submits the work) or to "cancelled" (the closure is released by `cancel()` itself).
+/// Only the CAS winner touches `work`. The timer is kept in `timerCell` (retained) so that
+/// `cancel()` can also remove it from its loop; whoever takes it out releases it.
+///
 /// Thread-safety: any thread.
-public final class DelayedWork: Sendable {
-  private struct State {
-    var work: (@Sendable () -> Void)?
-    var timer: LoopTimer?
-    var cancelled = false
-  }
-  /// Protected by: its lock.
-  private let state: LockedValue<State>
+public final class DelayedWork: @unchecked Sendable {
+  // @unchecked Sendable: `work` is written in init and afterwards only by the thread that
+  // wins the CAS on `state` (acquiring and releasing); `state` and `timerCell` are atomic.
+  private static let waiting: UInt8 = 0
+  private static let fired: UInt8 = 1
+  private static let cancelledState: UInt8 = 2
+
+  private let state = Atomic<UInt8>(0)
+  private var work: (@Sendable () -> Void)?
+  /// Atomic. A retained `LoopTimer`, or nil.
+  private let timerCell = Atomic<UnsafeMutableRawPointer?>(nil)
   /// The queue the work will be submitted to.
   public let queue: Queue
 
   init(queue: Queue, work: @escaping @Sendable () -> Void) {
     self.queue = queue
-    self.state = LockedValue(State(work: work))
+    self.work = work
+  }
+
+  deinit {
+    releaseTimer(cancelling: false)
   }
 
   /// Stops the work from being submitted. The closure, and what it captured, is released
   /// before `cancel()` returns. No effect once the work has been submitted.
   public func cancel() {
-    let (work, timer) = state.withLock { state -> ((@Sendable () -> Void)?, LoopTimer?) in
-      state.cancelled = true
-      defer {
-        state.work = nil
-        state.timer = nil
-      }
-      return (state.work, state.timer)
+    if claim(Self.cancelledState) {
+      work = nil
     }
-    timer?.cancel()
-    _ = work  // Released here, outside the lock.
+    releaseTimer(cancelling: true)
   }
 
-  /// Whether ``cancel()`` was called.
-  public var isCancelled: Bool { state.withLock { $0.cancelled } }
+  /// Whether ``cancel()`` won against the timer.
+  public var isCancelled: Bool { state.load(ordering: .acquiring) == Self.cancelledState }
 
+  /// Keeps `timer` so that `cancel()` can remove it.
   func attach(_ timer: LoopTimer) {
-    let cancelledAlready = state.withLock { state -> Bool in
-      if state.cancelled { return true }
-      if state.work != nil { state.timer = timer }
-      return false
+    let retained = Unmanaged.passRetained(timer).toOpaque()
+    if !timerCell.compareExchange(expected: nil, desired: retained, ordering: .acquiringAndReleasing)
+      .exchanged
+    {
+      Unmanaged<LoopTimer>.fromOpaque(retained).release()
     }
-    if cancelledAlready { timer.cancel() }
+    // Cancelled meanwhile: the cancel may have found the cell still empty.
+    if state.load(ordering: .acquiring) == Self.cancelledState { releaseTimer(cancelling: true) }
   }
 
-  /// Runs on the timer's loop: submits the work unless cancelled.
+  /// Runs on the timer's loop (or at once for a deadline already passed): submits the work
+  /// unless cancelled.
   func fire() {
-    let work = state.withLock { state -> (@Sendable () -> Void)? in
-      defer {
-        state.work = nil
-        state.timer = nil
-      }
-      return state.work
+    if claim(Self.fired), let work = work.take() {
+      queue.async(execute: work)
     }
-    if let work { queue.async(execute: work) }
+    releaseTimer(cancelling: false)
+  }
+
+  private func claim(_ final: UInt8) -> Bool {
+    state.compareExchange(
+      expected: Self.waiting, desired: final, ordering: .acquiringAndReleasing
+    ).exchanged
+  }
+
+  private func releaseTimer(cancelling: Bool) {
+    guard let raw = timerCell.exchange(nil, ordering: .acquiringAndReleasing) else { return }
+    let timer = Unmanaged<LoopTimer>.fromOpaque(raw).takeRetainedValue()
+    if cancelling { timer.cancel() }
   }
 }
 

@@ -1,14 +1,18 @@
 /// Posting work to the loop from any thread.
 ///
 /// Wake-up protocol (one eventfd write for many posts):
-/// 1. A producer pushes onto the inbox (sequentially consistent CAS), then loads
-///    `wakePending` (sequentially consistent). Only if it reads false and then wins the
-///    false→true exchange does it write the eventfd.
+/// 1. A producer claims an inbox slot (sequentially consistent compare-exchange on the inbox's
+///    tail word), writes its closure and marks the slot ready, then loads `wakePending`
+///    (sequentially consistent). Only if it reads false and then wins the false→true
+///    exchange does it write the eventfd.
 /// 2. The loop, woken by the eventfd, drains the eventfd counter, stores `wakePending = false`
-///    (sequentially consistent), then takes the inbox (sequentially consistent exchange).
+///    (sequentially consistent), then snapshots the inbox's tail (`collect`, a sequentially
+///    consistent load) and runs a bounded batch of the slots before it.
 /// 3. Either a producer's load comes before the loop's store in the single total order, in
-///    which case its push also comes before the loop's take and is collected; or it reads
+///    which case its claim also comes before the loop's snapshot and is collected; or it reads
 ///    false and makes sure a new wake-up is written. No post is stranded (Dekker's pattern).
+///    A collected slot whose producer has claimed but not yet marked it ready stops the
+///    batch and counts as backlog, so step 4 brings the loop back for it.
 /// 4. After a bounded batch, leftovers re-signal the eventfd so the next turn polls
 ///    descriptors and timers before running more posted work.
 extension EventLoop {

@@ -79,7 +79,20 @@ extension EventLoop {
   func handleTimerExpiry() {
     Syscall.drainCounter(timerFD)
     armedTimerDeadline = 0  // A fired timerfd is disarmed.
-    let now = monotonicNanoseconds()
+    var now = monotonicNanoseconds()
+    // Timers that fell due while handlers ran fire in a further pass rather than after a
+    // timerfd round trip (never before their deadline). Passes are bounded so that a
+    // repeating timer slower than its interval cannot keep the loop from polling.
+    for _ in 0..<4 {
+      fireTimersDue(at: now)
+      now = monotonicNanoseconds()
+      guard let next = timers.first, next.deadline <= now else { break }
+    }
+    rearmTimerFD()
+  }
+
+  /// Fires every timer due at `now`, in deadline order. Loop thread only.
+  private func fireTimersDue(at now: UInt64) {
     while let timer = timers.first, timer.deadline <= now {
       timers.remove(timer)
       // Acquiring; pairs with the releasing exchange in `LoopTimer.cancel()`.
@@ -100,7 +113,6 @@ extension EventLoop {
       }
       handler()
     }
-    rearmTimerFD()
   }
 
   /// Arms the timerfd for the earliest deadline, or disarms it. Loop thread only.
