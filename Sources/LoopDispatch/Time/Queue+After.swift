@@ -47,9 +47,10 @@ public final class DelayedWork: @unchecked Sendable {
   /// Keeps `timer` so that `cancel()` can remove it.
   func attach(_ timer: LoopTimer) {
     let retained = Unmanaged.passRetained(timer).toOpaque()
-    if !timerCell.compareExchange(expected: nil, desired: retained, ordering: .acquiringAndReleasing)
-      .exchanged
-    {
+    if !timerCell.compareExchange(
+      expected: nil, desired: retained, ordering: .acquiringAndReleasing
+    )
+    .exchanged {
       Unmanaged<LoopTimer>.fromOpaque(retained).release()
     }
     // Cancelled meanwhile: the cancel may have found the cell still empty.
