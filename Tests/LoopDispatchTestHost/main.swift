@@ -13,6 +13,10 @@ let scenarios: [String: () -> Void] = [
   "main-fairness": mainFairness,
   "main-run-forever": mainRunForever,
   "main-gate": mainGate,
+  "source-main-read": sourceMainRead,
+  "source-main-ping-pong": sourceMainPingPong,
+  "source-main-data-and-timers": sourceMainDataAndTimers,
+  "source-main-signal": sourceMainSignal,
 ]
 
 guard CommandLine.arguments.count == 2, let scenario = scenarios[CommandLine.arguments[1]] else {

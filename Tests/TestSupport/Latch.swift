@@ -65,14 +65,23 @@ public final class Shared<Value>: @unchecked Sendable {
   public init(_ value: Value) { self.value = value }
 }
 
-/// A value behind a lock, for tests that record from many threads.
-public final class Locked<Value: Sendable>: Sendable {
-  private let storage: Mutex<Value>
-  public init(_ value: Value) { storage = Mutex(value) }
-  public func withLock<T: Sendable>(_ body: @Sendable (inout Value) -> T) -> T {
-    storage.withLock { body(&$0) }
+/// A value behind a pthread mutex (which ThreadSanitizer understands), for tests that record
+/// from many threads.
+public final class Locked<Value: Sendable>: @unchecked Sendable {
+  // @unchecked Sendable: `storage` is only touched with `mutex` held.
+  private var mutex = pthread_mutex_t()
+  private var storage: Value
+  public init(_ value: Value) {
+    storage = value
+    pthread_mutex_init(&mutex, nil)
   }
-  public var value: Value { storage.withLock { $0 } }
+  deinit { pthread_mutex_destroy(&mutex) }
+  public func withLock<T: Sendable>(_ body: @Sendable (inout Value) -> T) -> T {
+    pthread_mutex_lock(&mutex)
+    defer { pthread_mutex_unlock(&mutex) }
+    return body(&storage)
+  }
+  public var value: Value { withLock { $0 } }
 }
 
 /// Scales a stress size by `LOOPDISPATCH_TEST_SCALE` (default 1). Sanitizer runs in `make

@@ -37,8 +37,17 @@ public func runProgram(_ name: String, _ arguments: [String]) -> ProgramResult {
   environment.append(strdup("SWIFT_BACKTRACE=enable=no"))
   environment.append(nil)
   defer { for variable in environment { free(variable) } }
+  // Start the child with no signals blocked, whatever the calling thread blocks (Swift
+  // concurrency's threads block some), so that signal scenarios behave as in a shell.
+  var attributes = posix_spawnattr_t()
+  posix_spawnattr_init(&attributes)
+  var emptyMask = sigset_t()
+  sigemptyset(&emptyMask)
+  posix_spawnattr_setsigmask(&attributes, &emptyMask)
+  posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK))
+  defer { posix_spawnattr_destroy(&attributes) }
   var pid = pid_t()
-  let rc = posix_spawn(&pid, executable, &actions, nil, argv, environment)
+  let rc = posix_spawn(&pid, executable, &actions, &attributes, argv, environment)
   posix_spawn_file_actions_destroy(&actions)
   close(outPipe[1])
   close(errPipe[1])

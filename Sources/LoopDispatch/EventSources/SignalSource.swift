@@ -4,8 +4,8 @@ import MainLoop
 /// handler run. Several sources may watch one signal; while any does, the signal's default
 /// action (such as termination) does not happen.
 ///
-/// The signal is watched from creation (so its default action is held off at once); the
-/// handler runs only once the source is activated.
+/// The signal is watched from creation (so its default action is held off once `init`
+/// returns); the handler runs only once the source is activated.
 public final class SignalSource: Source, @unchecked Sendable {
   /// The watched signal.
   public let signal: Int32
@@ -32,9 +32,18 @@ final class SignalCore: SourceCore, @unchecked Sendable {
     super.init(queue: queue, merge: .add)
   }
 
+  /// Watches `signal`. On the service loop the call returns only once the loop has installed
+  /// the handler, so the default action is held off from then on. (A source targeting the
+  /// main queue created off the main thread is installed when the main loop next runs.)
   func watch(_ signal: Int32) throws(EventLoopError) {
     let watch = try loop.watchSignal(signal) { [self] in self.signal(1) }
     watchBox.withLock { $0 = watch }
+    if !loop.isInLoopThread && loop !== EventLoop.main {
+      // The add was posted before this marker: once the marker runs, it is in place.
+      let installed = OneShotEvent()
+      loop.execute { installed.signal() }
+      installed.wait()
+    }
   }
 
   override func teardown(_ completion: @escaping @Sendable () -> Void) {

@@ -84,8 +84,9 @@ class SourceCore: @unchecked Sendable {
   func activate() {
     let previous = status.bitwiseOr(Self.activated, ordering: .acquiringAndReleasing).oldValue
     if previous & (Self.activated | Self.cancelled) != 0 { return }
-    arm()
+    // The registration handler is queued first, so it runs before any event handler.
     if let registered = handlers.withLock({ $0.registration }) { queue.async(execute: registered) }
+    arm()
     if pendingData.load(ordering: .acquiring) != 0 { scheduleDelivery() }
   }
 

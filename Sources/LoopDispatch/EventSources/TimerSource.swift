@@ -54,6 +54,8 @@ final class TimerCore: SourceCore, @unchecked Sendable {
       return (old, plan.armed)
     }
     old?.cancel()
+    // Fires counted under the replaced schedule are discarded, as in GCD.
+    pendingData.store(0, ordering: .releasing)
     if start { startTimer() }
   }
 

@@ -3,9 +3,10 @@ import Synchronization
 
 /// A handle to work scheduled with ``Queue/after(_:execute:)``; cancel it before it fires.
 ///
-/// Walk-through: `state` leaves "waiting" exactly once, by a CAS: to "fired" (the timer's
-/// loop submits the work) or to "cancelled" (the closure is released by `cancel()` itself).
-/// Only the CAS winner touches `work`. The timer is kept in `timerCell` (retained) so that
+/// Walk-through: `state` leaves "waiting" exactly once: by a CAS to "fired" (the timer's
+/// loop submits the work) or by `cancel()` setting the "cancelled" bit first (the closure is
+/// released by `cancel()` itself). Only the winner touches `work`; a later `cancel()` only
+/// sets its bit. The timer is kept in `timerCell` (retained) so that
 /// `cancel()` can also remove it from its loop; whoever takes it out releases it.
 ///
 /// Thread-safety: any thread.
@@ -35,14 +36,18 @@ public final class DelayedWork: @unchecked Sendable {
   /// Stops the work from being submitted. The closure, and what it captured, is released
   /// before `cancel()` returns. No effect once the work has been submitted.
   public func cancel() {
-    if claim(Self.cancelledState) {
+    // Whoever moves `state` off "waiting" first owns `work`.
+    let previous = state.bitwiseOr(Self.cancelledState, ordering: .acquiringAndReleasing).oldValue
+    if previous == Self.waiting {
       work = nil
     }
     releaseTimer(cancelling: true)
   }
 
-  /// Whether ``cancel()`` won against the timer.
-  public var isCancelled: Bool { state.load(ordering: .acquiring) == Self.cancelledState }
+  /// Whether ``cancel()`` has been called (also after the work was submitted).
+  public var isCancelled: Bool {
+    state.load(ordering: .acquiring) & Self.cancelledState != 0
+  }
 
   /// Keeps `timer` so that `cancel()` can remove it.
   func attach(_ timer: LoopTimer) {
@@ -54,7 +59,7 @@ public final class DelayedWork: @unchecked Sendable {
       Unmanaged<LoopTimer>.fromOpaque(retained).release()
     }
     // Cancelled meanwhile: the cancel may have found the cell still empty.
-    if state.load(ordering: .acquiring) == Self.cancelledState { releaseTimer(cancelling: true) }
+    if isCancelled { releaseTimer(cancelling: true) }
   }
 
   /// Runs on the timer's loop (or at once for a deadline already passed): submits the work

@@ -1,0 +1,292 @@
+import Glibc
+import LoopDispatch
+import Synchronization
+import TestSupport
+import Testing
+
+@Suite struct SemaphoreTests {
+  @Test func valueNLetsNWaitsThroughThenTheNextTimesOut() {
+    let semaphore = Semaphore(value: 3)
+    // A deadline of now cannot sleep: each of these must take a unit on the fast path.
+    for _ in 0..<3 { #expect(semaphore.wait(timeout: .now) == .success) }
+    let start = Deadline.now
+    #expect(semaphore.wait(timeout: .milliseconds(20)) == .timedOut)
+    #expect(Deadline.now - start >= .milliseconds(20))
+    // The timed-out wait gave its unit back: one signal is one more wait, no more.
+    #expect(semaphore.signal() == false)
+    #expect(semaphore.wait(timeout: .now) == .success)
+    #expect(semaphore.wait(timeout: .now) == .timedOut)
+    for _ in 0..<3 { #expect(semaphore.signal() == false) }
+  }
+
+  @Test func twoThreadsPingPongInStrictAlternation() {
+    let rounds = scaled(10_000)
+    let ping = Semaphore(value: 0)
+    let pong = Semaphore(value: 0)
+    // Not atomic on purpose: only the semaphores order the two threads' accesses, so a
+    // missing release/acquire shows up under ThreadSanitizer.
+    let turn = Shared(0)
+    let outOfTurn = Counter()
+    let pinger = SyncTestThread.start {
+      for round in 0..<rounds {
+        if turn.value != 2 * round { outOfTurn.increment() }
+        turn.value = 2 * round + 1
+        pong.signal()
+        ping.wait()
+      }
+    }
+    let ponger = SyncTestThread.start {
+      for round in 0..<rounds {
+        pong.wait()
+        if turn.value != 2 * round + 1 { outOfTurn.increment() }
+        turn.value = 2 * round + 2
+        ping.signal()
+      }
+    }
+    #expect(pinger.join())
+    #expect(ponger.join())
+    #expect(outOfTurn.current == 0)
+    #expect(turn.value == 2 * rounds)
+  }
+
+  @Test func valueTwoNeverLetsMoreThanTwoInside() {
+    let semaphore = Semaphore(value: 2)
+    let inside = Atomic<Int>(0)
+    let most = Atomic<Int>(0)
+    let entries = Counter()
+    let go = Latch()
+    let perThread = scaled(3_000)
+    let threads = (0..<6).map { index in
+      SyncTestThread.start {
+        _ = go.wait()
+        for _ in 0..<perThread {
+          if index % 2 == 0 {
+            semaphore.wait()
+          } else {
+            // Short timed waits race their give-up against signals.
+            while semaphore.wait(timeout: .microseconds(20)) == .timedOut {}
+          }
+          let now = inside.wrappingAdd(1, ordering: .sequentiallyConsistent).newValue
+          most.max(now, ordering: .sequentiallyConsistent)
+          entries.increment()
+          for _ in 0..<20 { spinHint() }
+          inside.wrappingSubtract(1, ordering: .sequentiallyConsistent)
+          semaphore.signal()
+        }
+      }
+    }
+    go.open()
+    for thread in threads { #expect(thread.join(seconds: 120)) }
+    #expect(entries.current == 6 * perThread)
+    #expect(most.load(ordering: .sequentiallyConsistent) <= 2)
+    // Exactly two units are left: none lost and none made up by the races.
+    #expect(semaphore.wait(timeout: .now) == .success)
+    #expect(semaphore.wait(timeout: .now) == .success)
+    #expect(semaphore.wait(timeout: .now) == .timedOut)
+    semaphore.signal()
+    semaphore.signal()
+  }
+
+  @Test func timedWaitRacingASignalEitherTakesTheUnitOrLeavesIt() {
+    let semaphore = Semaphore(value: 0)
+    let rounds = scaled(2_000)
+    let taken = Counter()
+    let start = Semaphore(value: 0)
+    let finished = Semaphore(value: 0)
+    let waiter = SyncTestThread.start {
+      for round in 0..<rounds {
+        start.wait()
+        if semaphore.wait(timeout: .microseconds(Int64(round % 50))) == .success {
+          taken.increment()
+        }
+        finished.signal()
+      }
+    }
+    var leftOver = 0
+    for _ in 0..<rounds {
+      start.signal()
+      semaphore.signal()
+      guard finished.wait(timeout: .seconds(30)) == .success else {
+        Issue.record("the waiter stopped answering")
+        return
+      }
+      // The waiter either took the unit or gave its decrement back and left the unit here.
+      if semaphore.wait(timeout: .now) == .success { leftOver += 1 }
+    }
+    #expect(waiter.join())
+    #expect(taken.current + leftOver == rounds)
+    #expect(semaphore.wait(timeout: .now) == .timedOut)
+  }
+
+  @Test func aSerialQueueHeldByAWaitingItemRunsTheRestInOrderAfterTheSignal() {
+    let queue = Queue(label: "held")
+    let semaphore = Semaphore(value: 0)
+    let items = scaled(1_000)
+    let log = Locked([Int]())
+    let firstStarted = Latch()
+    let done = Latch()
+    queue.async {
+      firstStarted.open()
+      semaphore.wait()
+      log.withLock { $0.append(-1) }
+    }
+    for index in 0..<items {
+      queue.async {
+        log.withLock { $0.append(index) }
+        if index == items - 1 { done.open() }
+      }
+    }
+    #expect(firstStarted.wait())
+    // Give a broken queue the chance to run later items early: none may run yet.
+    let probe = Semaphore(value: 0)
+    #expect(probe.wait(timeout: .milliseconds(20)) == .timedOut)
+    #expect(log.value.isEmpty)
+    let signaller = SyncTestThread.start { semaphore.signal() }
+    #expect(signaller.join())
+    #expect(done.wait())
+    #expect(log.value == [-1] + Array(0..<items))
+  }
+
+  @Test func signalReportsWhetherItWokeAWaiter() {
+    let semaphore = Semaphore(value: 0)
+    // No waiter: each signal only adds a unit.
+    #expect(semaphore.signal() == false)
+    #expect(semaphore.signal() == false)
+    #expect(semaphore.wait(timeout: .now) == .success)
+    #expect(semaphore.wait(timeout: .now) == .success)
+    // A waiter that timed out is no longer counted.
+    #expect(semaphore.wait(timeout: .milliseconds(1)) == .timedOut)
+    #expect(semaphore.signal() == false)
+    #expect(semaphore.wait(timeout: .now) == .success)
+    // A waiter asleep in the kernel is woken, and the signal says so.
+    let result = Locked<WaitResult?>(nil)
+    let waiter = SyncTestThread.start {
+      let outcome = semaphore.wait(timeout: .seconds(60))
+      result.withLock { $0 = outcome }
+    }
+    #expect(waiter.waitUntilSleeping())
+    #expect(semaphore.signal() == true)
+    #expect(waiter.join())
+    #expect(result.value == .success)
+    #expect(semaphore.signal() == false)
+    #expect(semaphore.wait(timeout: .now) == .success)
+  }
+
+  @Test func oneSignalWakesOneOfSeveralSleepers() {
+    let semaphore = Semaphore(value: 0)
+    let through = Semaphore(value: 0)
+    let sleepers = (0..<3).map { _ in
+      SyncTestThread.start {
+        semaphore.wait()
+        through.signal()
+      }
+    }
+    for sleeper in sleepers { #expect(sleeper.waitUntilSleeping()) }
+    #expect(semaphore.signal() == true)
+    #expect(through.wait(timeout: .seconds(30)) == .success)
+    // Exactly one gets through per signal; the others stay asleep until theirs.
+    #expect(through.wait(timeout: .milliseconds(20)) == .timedOut)
+    #expect(semaphore.signal() == true)
+    #expect(semaphore.signal() == true)
+    for sleeper in sleepers { #expect(sleeper.join()) }
+    #expect(through.wait(timeout: .now) == .success)
+    #expect(through.wait(timeout: .now) == .success)
+    #expect(semaphore.wait(timeout: .now) == .timedOut)
+  }
+
+  @Test func negativeInitialValueTraps() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      _ = Semaphore(value: -1)
+    }
+    expectMessage(result, "Semaphore created with a negative value")
+  }
+
+  @Test func releasingWhileUnitsAreTakenTraps() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      do {
+        let semaphore = Semaphore(value: 2)
+        semaphore.wait()
+      }
+    }
+    expectMessage(result, "Semaphore released while in use")
+  }
+}
+
+/// A plain POSIX thread for tests that need a thread outside the worker pool, for example
+/// one that blocks in a wait. `start` returns once the thread runs and its kernel id is known.
+final class SyncTestThread: @unchecked Sendable {
+  // @unchecked Sendable: `kernelID` is written by the thread before `known` opens and only
+  // read after; `handle` is written by `pthread_create` and only read by `join`.
+  private let body: @Sendable () -> Void
+  private let known = Latch()
+  private let finished = Latch()
+  private var kernelID: Int32 = 0
+  private var handle = pthread_t()
+  private var joined = false
+
+  private init(_ body: @escaping @Sendable () -> Void) { self.body = body }
+
+  /// Starts a thread running `body`.
+  static func start(_ body: @escaping @Sendable () -> Void) -> SyncTestThread {
+    let thread = SyncTestThread(body)
+    // Unmanaged: the retained reference is taken back by the thread itself.
+    let context = Unmanaged.passRetained(thread).toOpaque()
+    let created = pthread_create(
+      &thread.handle, nil,
+      { raw in
+        let thread = Unmanaged<SyncTestThread>.fromOpaque(raw!).takeRetainedValue()
+        thread.kernelID = currentKernelThreadID()
+        thread.known.open()
+        thread.body()
+        thread.finished.open()
+        return nil
+      }, context)
+    if created != 0 { fatalError("pthread_create failed: \(created)") }
+    if !thread.known.wait() { fatalError("test thread did not start") }
+    return thread
+  }
+
+  /// Waits up to `seconds` for the body to return and joins the thread; returns whether it
+  /// returned. A thread that is still running is left detached.
+  func join(seconds: Int = 60) -> Bool {
+    if joined { return true }
+    guard finished.wait(seconds: seconds) else { return false }
+    pthread_join(handle, nil)
+    joined = true
+    return true
+  }
+
+  /// Waits (up to `seconds`) until the thread sleeps in the kernel. Call it when the only
+  /// blocking call left in the body before the awaited point is the wait under test.
+  func waitUntilSleeping(seconds: Int = 30) -> Bool {
+    let limit = Deadline.now + .seconds(seconds)
+    while Deadline.now < limit {
+      if schedulerState() == "S" { return true }
+      sched_yield()
+    }
+    return false
+  }
+
+  /// The thread's state letter from `/proc/self/task/<tid>/stat` ("R", "S", ...).
+  private func schedulerState() -> Character? {
+    let fd = open("/proc/self/task/\(kernelID)/stat", O_RDONLY)
+    if fd < 0 { return nil }
+    defer { close(fd) }
+    var bytes = [UInt8](repeating: 0, count: 512)
+    let count = read(fd, &bytes, bytes.count)
+    guard count > 0 else { return nil }
+    let text = String(decoding: bytes[..<count], as: UTF8.self)
+    // "tid (name) S ...": the state follows the last closing parenthesis.
+    guard let close = text.lastIndex(of: ")") else { return nil }
+    return text[text.index(after: close)...].first { $0 != " " }
+  }
+}
+
+/// The calling thread's kernel id, read from the `/proc/thread-self` link ("pid/task/tid").
+private func currentKernelThreadID() -> Int32 {
+  var buffer = [CChar](repeating: 0, count: 64)
+  let count = readlink("/proc/thread-self", &buffer, buffer.count - 1)
+  guard count > 0 else { return 0 }
+  let text = String(decoding: buffer[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+  return Int32(text.split(separator: "/").last ?? "") ?? 0
+}
