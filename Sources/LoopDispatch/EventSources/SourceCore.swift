@@ -62,6 +62,11 @@ class SourceCore: @unchecked Sendable {
     self.queue = queue
     self.loop = ServiceLoop.loop(for: queue)
     self.merge = merge
+    RuntimeCounters.liveSources.wrappingAdd(1, ordering: .relaxed)
+  }
+
+  deinit {
+    RuntimeCounters.liveSources.wrappingSubtract(1, ordering: .relaxed)
   }
 
   var isCancelled: Bool { status.load(ordering: .acquiring) & Self.cancelled != 0 }

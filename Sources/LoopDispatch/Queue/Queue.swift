@@ -119,6 +119,7 @@ public final class Queue: @unchecked Sendable {
     let initial = target ?? Queue.global(.default)
     firstTarget = initial
     publishTarget(initial)
+    RuntimeCounters.liveQueues.wrappingAdd(1, ordering: .relaxed)
   }
 
   /// A global (root) queue.
@@ -140,6 +141,7 @@ public final class Queue: @unchecked Sendable {
   }
 
   deinit {
+    RuntimeCounters.liveQueues.wrappingSubtract(1, ordering: .relaxed)
     if kind == .serial {
       let pending = serialHasPendingItems
       freeSerialItems()
