@@ -19,9 +19,9 @@ deps:
 build: deps
 	$(SWIFT) build $(WERROR)
 
-## run: the main job (for now a demo of the main event loop).
+## run: the main job: the HTTP server example on 127.0.0.1:8080 (Ctrl-C stops it cleanly).
 run: deps
-	$(SWIFT) run $(WERROR) Examples
+	$(SWIFT) run $(WERROR) Examples serve
 
 ## test: lint, every test, the MainLoop tests under LeakSanitizer and every test under
 ## ThreadSanitizer (stress sizes scaled down there; see LOOPDISPATCH_TEST_SCALE).

@@ -2,9 +2,16 @@ import Glibc
 import LoopDispatch
 
 /// `Examples <subcommand>`: small programs that show the runtime. `make run` runs the default.
-let subcommands: [(name: String, summary: String, run: () -> Int32)] = [
-  ("loop", "the main event loop: timers, an fd watch, cross-thread posts, a signal", runLoopDemo)
-]
+let subcommands: [(name: String, summary: String, run: ([String]) -> Int32)] =
+  [
+    ("serve", "HTTP/1.1 keep-alive server on 127.0.0.1 (--port N, --idle-timeout-ms N)", runServe),
+    (
+      "loop", "the main event loop: timers, an fd watch, cross-thread posts, a signal",
+      { _ in runLoopDemo() }
+    ),
+  ] + seedPrograms + [
+    ("tour", "every seed program above in order (deadlock in a child process)", runTour)
+  ]
 
 let arguments = CommandLine.arguments.dropFirst()
 let requested = arguments.first ?? "loop"
@@ -17,7 +24,7 @@ guard let command = subcommands.first(where: { $0.name == requested }) else {
   writeError("Examples: unknown subcommand '\(requested)'; try 'Examples help'\n")
   exit(2)
 }
-exit(command.run())
+exit(command.run(Array(arguments.dropFirst())))
 
 func writeError(_ text: String) {
   _ = text.withCString { write(2, $0, strlen($0)) }

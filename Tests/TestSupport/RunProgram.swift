@@ -80,7 +80,7 @@ public func runProgram(_ name: String, _ arguments: [String]) -> ProgramResult {
 }
 
 /// The directory holding the test bundle and the package's executables.
-private func builtProductsDirectory() -> String {
+func builtProductsDirectory() -> String {
   var buffer = [CChar](repeating: 0, count: 4096)
   let n = readlink("/proc/self/exe", &buffer, buffer.count - 1)
   precondition(n > 0)

@@ -27,8 +27,8 @@ final class PoolSupervisor: @unchecked Sendable {
   private let workers = LockedValue<[Worker]>([])
 
   func start(pool: WorkerPool) {
-    let started = NativeThread.spawn(name: "ld.supervisor") { [self] in run(pool) }
-    if started == nil {
+    let started = NativeThread.spawnDetached(name: "ld.supervisor") { [self] in run(pool) }
+    if !started {
       writeStandardError(
         "LoopDispatch: could not start the pool supervisor; the pool will not grow\n")
     }

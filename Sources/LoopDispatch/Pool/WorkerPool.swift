@@ -107,7 +107,7 @@ final class WorkerPool: @unchecked Sendable {
     }
     guard let id else { return false }
     let worker = Worker(pool: self, id: id, isExtra: isExtra)
-    if NativeThread.spawn(name: "ld.worker.\(id)", { worker.main() }) == nil {
+    if !NativeThread.spawnDetached(name: "ld.worker.\(id)", { worker.main() }) {
       let code = errno
       state.withLock { $0.threads -= 1 }
       writeStandardError(

@@ -9,11 +9,11 @@ enum ServiceLoop {
   static let shared: EventLoop = {
     let loop = EventLoop(name: "ld.service")
     let started = OneShotEvent()
-    let thread = NativeThread.spawn(name: "ld.service") {
+    let spawned = NativeThread.spawnDetached(name: "ld.service") {
       loop.execute { started.signal() }
       loop.run()
     }
-    if thread == nil { internalBug("could not start the service loop thread") }
+    if !spawned { internalBug("could not start the service loop thread") }
     started.wait()
     return loop
   }()

@@ -38,6 +38,16 @@ package struct NativeThread: Sendable {
     return NativeThread(handle: handle)
   }
 
+  /// Starts a thread like ``spawn(name:_:)`` that nobody will join: its resources go back to
+  /// the system when it exits (runtime threads that retire or live forever).
+  /// Returns false and leaves `errno` set if the system refuses a new thread.
+  @discardableResult
+  package static func spawnDetached(name: String, _ body: @escaping @Sendable () -> Void) -> Bool {
+    guard let thread = spawn(name: name, body) else { return false }
+    _ = pthread_detach(thread.handle)
+    return true
+  }
+
   /// Waits for the thread to finish. Call at most once.
   package func join() {
     _ = pthread_join(handle, nil)
