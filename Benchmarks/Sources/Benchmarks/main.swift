@@ -9,7 +9,22 @@ import MainLoop
 let groups: [BenchmarkGroup] = [
   MainLoopBenchmarks.group,
   QueueBenchmarks.group,
+  SyncTimerBenchmarks.group,
+  SourceBenchmarks.group,
 ]
+
+/// Hidden child modes (`Benchmarks --child NAME`, see Support/ChildProcess.swift): rows that
+/// must own the process main thread run there and print their figure.
+let childModes = SyncTimerBenchmarks.childModes.merging(SourceBenchmarks.childModes) { mode, _ in
+  mode
+}
+
+if CommandLine.arguments.count == 3 && CommandLine.arguments[1] == ChildProcess.flag {
+  guard let child = childModes[CommandLine.arguments[2]] else {
+    Options.usageError("unknown child mode \(CommandLine.arguments[2])")
+  }
+  child()
+}
 
 let options = Options.parse(Array(CommandLine.arguments.dropFirst()))
 

@@ -44,11 +44,38 @@ struct Target {
 
 /// A second table row computed from the same runs in another unit (e.g. ns/post beside
 /// M posts/s). `convert` must be monotonic, so the median converts to the median.
+///
+/// A figure with a ``log`` instead takes its values from it: one run then yields several
+/// independent figures (a timer run's scheduling cost, lateness percentiles and early fires).
 struct DerivedFigure {
   let unit: String
   let direction: Direction
   let target: Target?
   let convert: (Double) -> Double
+  /// When set, the figures recorded by the benchmark's own runs; `convert` is not used.
+  var log: FigureLog? = nil
+
+  /// A row whose figures the benchmark records into `log`, one per run of each side.
+  static func recorded(
+    _ log: FigureLog, unit: String, direction: Direction, target: Target?
+  ) -> DerivedFigure {
+    DerivedFigure(unit: unit, direction: direction, target: target, convert: { $0 }, log: log)
+  }
+}
+
+/// Extra figures a benchmark's runs record beside the one they return: each `ours` run
+/// appends one to ``ours`` and each `rival` run one to ``rival`` (warm-up runs too; the table
+/// uses the last runs only). Only touched by the thread running the harness.
+final class FigureLog {
+  var ours: [Double] = []
+  var rival: [Double] = []
+
+  init() {}
+
+  /// The last `count` figures of `figures`, or none if fewer were recorded (a skipped side).
+  static func lastRuns(_ figures: [Double], _ count: Int) -> [Double] {
+    figures.count >= count ? Array(figures.suffix(count)) : []
+  }
 }
 
 /// One comparison: how to measure our side and the rival's side once, in the same unit.
@@ -144,8 +171,12 @@ enum Harness {
         rivalSpread: spread(samples.rival))
     ]
     for figure in benchmark.derived {
-      let ours = samples.ours.map(figure.convert)
-      let rival = samples.rival.map(figure.convert)
+      let ours =
+        figure.log.map { FigureLog.lastRuns($0.ours, samples.ours.count) }
+        ?? samples.ours.map(figure.convert)
+      let rival =
+        figure.log.map { FigureLog.lastRuns($0.rival, samples.rival.count) }
+        ?? samples.rival.map(figure.convert)
       rows.append(
         Row(
           name: benchmark.name, ours: median(ours), rival: median(rival),

@@ -1,0 +1,104 @@
+import Glibc
+
+/// Runs this benchmark binary again as a child (`Benchmarks --child NAME`) and returns what it
+/// printed: for rows that must own the process main thread, such as Dispatch's main queue,
+/// which only runs under `dispatchMain()` and never returns.
+///
+/// Walk-through:
+/// 1. A pipe replaces the child's standard output; standard error is inherited, so a crash
+///    message reaches the terminal.
+/// 2. `posix_spawn` starts `/proc/self/exe` with the hidden arguments.
+/// 3. The parent reads the pipe until end of file, giving up after `timeoutSeconds` (the child
+///    is then killed and the run fails with the command that reproduces the hang).
+/// 4. A child that exits with a non-zero status or dies of a signal fails the run likewise.
+enum ChildProcess {
+  /// The hidden first argument that selects a child mode in `main.swift`.
+  static let flag = "--child"
+
+  /// Runs `Benchmarks --child name` and returns its standard output.
+  static func run(_ name: String, timeoutSeconds: Int32 = 120) -> String {
+    var pipeEnds: [Int32] = [-1, -1]
+    if pipe(&pipeEnds) != 0 { benchmarkFailure("pipe failed: errno \(errno)") }
+    let (readEnd, writeEnd) = (pipeEnds[0], pipeEnds[1])
+    for end in pipeEnds { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
+
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    // dup2 clears close-on-exec on the new descriptor 1; the pipe's own ends stay close-on-exec.
+    posix_spawn_file_actions_adddup2(&actions, writeEnd, 1)
+
+    let arguments = [CommandLine.arguments[0], flag, name]
+    // strdup'd copies: posix_spawn wants mutable C strings; freed once the child started.
+    var argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
+    defer { for pointer in argv { free(pointer) } }
+    var pid = pid_t()
+    let rc = posix_spawn(&pid, "/proc/self/exe", &actions, nil, &argv, environ)
+    close(writeEnd)
+    if rc != 0 {
+      close(readEnd)
+      benchmarkFailure("posix_spawn failed: \(rc)")
+    }
+
+    let output = readAll(readEnd, pid: pid, name: name, timeoutSeconds: timeoutSeconds)
+    close(readEnd)
+    var status: Int32 = 0
+    while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+    // WIFEXITED / WEXITSTATUS by hand: the macros are not visible to Swift.
+    let signal = status & 0x7f
+    let exitCode = (status >> 8) & 0xff
+    if signal != 0 || exitCode != 0 {
+      benchmarkFailure(
+        "child `\(reproduction(name))` ended with "
+          + (signal != 0 ? "signal \(signal)" : "exit status \(exitCode)")
+          + "; its output: \(output)")
+    }
+    return output
+  }
+
+  /// The shell command that runs the child by hand.
+  static func reproduction(_ name: String) -> String {
+    "\(CommandLine.arguments[0]) \(flag) \(name)"
+  }
+
+  /// Reads `fd` until end of file; kills the child and fails after `timeoutSeconds`.
+  private static func readAll(
+    _ fd: Int32, pid: pid_t, name: String, timeoutSeconds: Int32
+  ) -> String {
+    var bytes: [UInt8] = []
+    var buffer = [UInt8](repeating: 0, count: 4096)
+    let giveUpAt = Stopwatch.now() + UInt64(timeoutSeconds) * 1_000_000_000
+    while true {
+      let now = Stopwatch.now()
+      if now >= giveUpAt {
+        kill(pid, SIGKILL)
+        benchmarkFailure(
+          "child `\(reproduction(name))` produced no result within \(timeoutSeconds) s "
+            + "(killed; it hangs)")
+      }
+      var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+      let ready = poll(&poller, 1, Int32((giveUpAt - now) / 1_000_000) + 1)
+      if ready < 0 && errno != EINTR { benchmarkFailure("poll failed: errno \(errno)") }
+      if ready <= 0 { continue }
+      let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+      if count < 0 && errno == EINTR { continue }
+      if count <= 0 { break }
+      bytes += buffer[0..<count]
+    }
+    return String(decoding: bytes, as: UTF8.self)
+  }
+
+  /// Prints the figure a child reports to its parent (see ``figure(in:)``) and exits with 0.
+  static func report(_ figure: Double) -> Never {
+    print("figure \(figure)")
+    exit(0)  // Flushes standard output.
+  }
+
+  /// The figure in a child's output, as printed by ``report(_:)``.
+  static func figure(in output: String, of name: String) -> Double {
+    for line in output.split(separator: "\n") where line.hasPrefix("figure ") {
+      if let value = Double(line.dropFirst("figure ".count)) { return value }
+    }
+    benchmarkFailure("child `\(reproduction(name))` printed no figure: \(output)")
+  }
+}
