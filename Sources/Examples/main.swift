@@ -13,6 +13,7 @@ let subcommands: [(name: String, summary: String, run: ([String]) -> Int32)] =
     ("tour", "every seed program above in order (deadlock in a child process)", runTour)
   ]
 
+_ = programStart  // seed programs print times since now
 let arguments = CommandLine.arguments.dropFirst()
 let requested = arguments.first ?? "loop"
 if requested == "help" || requested == "--help" {

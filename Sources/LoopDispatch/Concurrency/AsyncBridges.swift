@@ -1,0 +1,163 @@
+import MainLoop
+import Synchronization
+
+/// One awaited piece of queue work and its race with task cancellation.
+///
+/// Walk-through: `outcome` leaves "pending" once, by CAS — to "started" (the work runs and
+/// its result resumes the task) or to "cancelled" (the task resumes with
+/// `CancellationError` and the work, when its turn comes, does nothing). The continuation is
+/// stored under a lock because cancellation may arrive before it is installed; whichever of
+/// `install` and the resumer comes second performs the resume.
+final class AwaitedWork<T: Sendable>: @unchecked Sendable {
+  // @unchecked Sendable: `outcome` is atomic; `slot` is behind its lock.
+  private static var pending: UInt8 { 0 }
+  private static var started: UInt8 { 1 }
+  private static var cancelled: UInt8 { 2 }
+
+  private struct Slot {
+    var continuation: CheckedContinuation<T, any Error>?
+    var result: Result<T, any Error>?
+  }
+  private let outcome = Atomic<UInt8>(0)
+  private let slot = LockedValue(Slot())
+
+  /// Claims the right to run the work; false if the task was cancelled first.
+  func start() -> Bool {
+    outcome.compareExchange(
+      expected: Self.pending, desired: Self.started, ordering: .acquiringAndReleasing
+    ).exchanged
+  }
+
+  /// Claims cancellation; true if the work had not started (the caller may then undo it).
+  @discardableResult
+  func cancel() -> Bool {
+    guard
+      outcome.compareExchange(
+        expected: Self.pending, desired: Self.cancelled, ordering: .acquiringAndReleasing
+      ).exchanged
+    else { return false }
+    resume(.failure(CancellationError()))
+    return true
+  }
+
+  func install(_ continuation: CheckedContinuation<T, any Error>) {
+    let ready = slot.withLock { slot -> Result<T, any Error>? in
+      if let result = slot.result { return result }
+      slot.continuation = continuation
+      return nil
+    }
+    if let ready { continuation.resume(with: ready) }
+  }
+
+  func resume(_ result: Result<T, any Error>) {
+    let continuation = slot.withLock { slot -> CheckedContinuation<T, any Error>? in
+      if let continuation = slot.continuation {
+        slot.continuation = nil
+        return continuation
+      }
+      slot.result = result
+      return nil
+    }
+    continuation?.resume(with: result)
+  }
+
+  /// Suspends the current task until `start`ed work or a cancellation resumes it. `submit`
+  /// hands the work to whatever will run it.
+  func value(submit: () -> Void, onCancel: @escaping @Sendable () -> Void = {}) async throws -> T {
+    try await withTaskCancellationHandler {
+      try await withCheckedThrowingContinuation { continuation in
+        install(continuation)
+        submit()
+      }
+    } onCancel: {
+      if cancel() { onCancel() }
+    }
+  }
+}
+
+extension Queue {
+  /// Runs `work` on this queue and returns its value (or rethrows its error) to the awaiting
+  /// task.
+  ///
+  /// If the task is cancelled before `work` starts, `work` never runs and this throws
+  /// `CancellationError`; once started, it runs to completion.
+  @discardableResult
+  public func run<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+    let awaited = AwaitedWork<T>()
+    return try await awaited.value(submit: {
+      async {
+        guard awaited.start() else { return }
+        awaited.resume(Result { try work() })
+      }
+    })
+  }
+
+  /// Suspends the task until no earlier than `deadline`, on this queue's timer loop; the
+  /// task resumes on its own executor. Cancelling the task cancels the timer and throws
+  /// `CancellationError`.
+  public func sleep(until deadline: Deadline) async throws {
+    let awaited = AwaitedWork<Void>()
+    let timer = LockedValue<DelayedWork?>(nil)
+    try await awaited.value(
+      submit: {
+        let delayed = after(deadline: deadline) {
+          if awaited.start() { awaited.resume(.success(())) }
+        }
+        timer.withLock { $0 = delayed }
+      },
+      onCancel: { timer.withLock { $0 }?.cancel() })
+  }
+}
+
+extension Group {
+  /// Suspends the task until the group is empty (at once if it is).
+  public func wait() async {
+    await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+      notify(queue: .global()) { continuation.resume() }
+    }
+  }
+}
+
+extension Semaphore {
+  /// Takes one unit without blocking the awaiting task's thread.
+  ///
+  /// The wait itself parks a pool worker (the pool grows if every worker ends up waiting);
+  /// a cancelled task that has not yet started waiting throws `CancellationError`.
+  public func acquire() async throws {
+    try await Queue.global().run { self.wait() }
+  }
+}
+
+extension WorkItem {
+  /// Suspends the task until the item completes (runs, or is cancelled before starting).
+  /// Cancelling the task cancels the item if it has not started.
+  public func completion() async {
+    await withTaskCancellationHandler {
+      await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+        notify(queue: .global()) { continuation.resume() }
+      }
+    } onCancel: {
+      cancel()
+    }
+  }
+}
+
+extension Source {
+  /// The source's events as an async sequence of their `data` values.
+  ///
+  /// Creating the sequence installs the event handler (replacing any other) and activates
+  /// the source; ending the iteration (or cancelling the task) cancels the source.
+  public var events: AsyncStream<UInt> {
+    AsyncStream { continuation in
+      let core = self.core
+      setEventHandler { continuation.yield(core.currentData.load(ordering: .relaxed)) }
+      let previousCancel = core.handlers.withLock { $0.cancel }
+      setCancelHandler {
+        previousCancel?()
+        continuation.finish()
+      }
+      continuation.onTermination = { _ in core.cancel() }
+      activate()
+    }
+  }
+}

@@ -1,0 +1,51 @@
+import MainLoop
+
+/// Serial queues (and the main queue) are Swift `SerialExecutor`s: an actor can run on one.
+///
+/// ```swift
+/// actor Cache {
+///   let queue = Queue(label: "cache")
+///   nonisolated var unownedExecutor: UnownedSerialExecutor { queue.asUnownedSerialExecutor() }
+/// }
+/// ```
+///
+/// Jobs are submitted like `async` items, so they interleave with the queue's other work in
+/// submission order. `checkIsolated` and `isIsolatingCurrentContext` look at the queues the
+/// calling thread is running, so `assumeIsolated` and `preconditionIsolated` work inside
+/// plain closures submitted to the queue. A concurrent or global queue cannot serve as a
+/// serial executor: enqueueing an actor job on one is a client bug and traps.
+extension Queue: SerialExecutor {
+  public func enqueue(_ job: consuming ExecutorJob) {
+    guard isSerialLike else {
+      clientBug(
+        "queue \"\(label)\" is not serial and cannot run actor jobs; use a serial queue as an actor's executor"
+      )
+    }
+    let job = UnownedJob(job)
+    async { [self] in job.runSynchronously(on: asUnownedSerialExecutor()) }
+  }
+
+  public func asUnownedSerialExecutor() -> UnownedSerialExecutor {
+    UnownedSerialExecutor(ordinary: self)
+  }
+
+  public func isSameExclusiveExecutionContext(other: Queue) -> Bool {
+    self === other
+  }
+
+  public func checkIsolated() {
+    if !isIsolatingCurrentThread {
+      clientBug("code isolated to queue \"\(label)\" is running outside that queue")
+    }
+  }
+
+  public func isIsolatingCurrentContext() -> Bool? {
+    isIsolatingCurrentThread
+  }
+
+  /// Whether the calling thread holds this queue exclusively (draining it, in a `sync`, or
+  /// in a barrier), directly or as the target of the queue it runs.
+  var isIsolatingCurrentThread: Bool {
+    ThreadFrame.holds(self, exclusiveOnly: true)
+  }
+}
