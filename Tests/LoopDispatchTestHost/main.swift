@@ -13,6 +13,7 @@ let scenarios: [String: () -> Void] = [
   "main-fairness": mainFairness,
   "main-run-forever": mainRunForever,
   "main-gate": mainGate,
+  "main-actor": mainActorScenario,
   "source-main-read": sourceMainRead,
   "source-main-ping-pong": sourceMainPingPong,
   "source-main-data-and-timers": sourceMainDataAndTimers,

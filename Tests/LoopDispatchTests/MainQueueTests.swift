@@ -27,3 +27,11 @@ import Testing
         "BUG IN CLIENT OF LOOPDISPATCH: sync onto the main queue from the main thread"))
   }
 }
+
+@Suite struct MainActorIntegrationTests {
+  @Test func mainActorAndTasksRunOnLoopDispatch() {
+    let result = runProgram("LoopDispatchTestHost", ["main-actor"])
+    #expect(result.status == 0, "\(result.output)\(result.errorOutput)")
+    #expect(result.output.contains("ok main-actor"))
+  }
+}

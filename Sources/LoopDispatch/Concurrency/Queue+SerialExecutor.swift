@@ -15,6 +15,10 @@ import MainLoop
 /// plain closures submitted to the queue. A concurrent or global queue cannot serve as a
 /// serial executor: enqueueing an actor job on one is a client bug and traps.
 extension Queue: SerialExecutor {
+  /// Submits an actor's job to this queue like an `async` item; it runs in submission order
+  /// with the queue's other work. Called by the Swift runtime; thread-safety: any thread.
+  ///
+  /// A concurrent or global queue cannot run actor jobs: that is a client bug and traps.
   public func enqueue(_ job: consuming ExecutorJob) {
     guard isSerialLike else {
       clientBug(
@@ -25,20 +29,27 @@ extension Queue: SerialExecutor {
     async { [self] in job.runSynchronously(on: asUnownedSerialExecutor()) }
   }
 
+  /// This queue as an actor's executor: return it from the actor's `unownedExecutor`.
   public func asUnownedSerialExecutor() -> UnownedSerialExecutor {
     UnownedSerialExecutor(ordinary: self)
   }
 
+  /// Whether `other` is this very queue.
   public func isSameExclusiveExecutionContext(other: Queue) -> Bool {
     self === other
   }
 
+  /// Traps unless the calling thread runs this queue exclusively (draining it, in a `sync`,
+  /// or in a barrier, directly or through a queue that targets it); backs
+  /// `preconditionIsolated()` and `assumeIsolated`.
   public func checkIsolated() {
     if !isIsolatingCurrentThread {
       clientBug("code isolated to queue \"\(label)\" is running outside that queue")
     }
   }
 
+  /// Whether the calling thread runs this queue exclusively, as ``checkIsolated()`` checks;
+  /// never `nil`.
   public func isIsolatingCurrentContext() -> Bool? {
     isIsolatingCurrentThread
   }
