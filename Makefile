@@ -5,7 +5,7 @@ SWIFT ?= swift
 WERROR := -Xswiftc -warnings-as-errors
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build run test test-unit test-leaks test-tsan bench lint clean
+.PHONY: all deps build run test test-unit test-leaks test-tsan bench lint docs clean
 
 all: build
 
@@ -24,8 +24,8 @@ run: deps
 	$(SWIFT) run $(WERROR) Examples serve
 
 ## test: lint, every test, the MainLoop tests under LeakSanitizer and every test under
-## ThreadSanitizer (stress sizes scaled down there; see LOOPDISPATCH_TEST_SCALE).
-test: lint test-unit test-leaks test-tsan
+## ThreadSanitizer (stress sizes scaled down there; see LOOPDISPATCH_TEST_SCALE), then the docs.
+test: lint test-unit test-leaks test-tsan docs
 
 test-unit: deps
 	$(SWIFT) build --build-tests $(WERROR)
@@ -45,6 +45,11 @@ test-tsan: deps
 ## bench: the Benchmarks package in release mode; prints a table of ratios.
 bench: deps
 	cd Benchmarks && $(SWIFT) run -c release $(WERROR) Benchmarks
+
+## docs: the DocC archives of MainLoop and LoopDispatch in docs-out/, built with the toolchain's
+## docc; fails on any DocC warning, undocumented public symbol or unlisted misuse message.
+docs: deps
+	SWIFT=$(SWIFT) scripts/build-docs.sh
 
 ## lint: swift format lint --strict on every tracked Swift file.
 lint:

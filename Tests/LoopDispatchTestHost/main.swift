@@ -14,6 +14,7 @@ let scenarios: [String: () -> Void] = [
   "main-run-forever": mainRunForever,
   "main-gate": mainGate,
   "main-actor": mainActorScenario,
+  "main-source-no-spin": mainSourceNoSpin,
   "source-main-read": sourceMainRead,
   "source-main-ping-pong": sourceMainPingPong,
   "source-main-data-and-timers": sourceMainDataAndTimers,

@@ -35,3 +35,11 @@ import Testing
     #expect(result.output.contains("ok main-actor"))
   }
 }
+
+@Suite struct MainQueueSourcePauseTests {
+  @Test func suspendedMainQueueSourceDoesNotSpinTheLoop() {
+    let result = runProgram("LoopDispatchTestHost", ["main-source-no-spin"])
+    #expect(result.status == 0, "\(result.output)\(result.errorOutput)")
+    #expect(result.output.contains("ok main-source-no-spin"))
+  }
+}

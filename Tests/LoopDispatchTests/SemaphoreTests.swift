@@ -247,7 +247,7 @@ final class SyncTestThread: @unchecked Sendable {
   }
 
   /// Waits up to `seconds` for the body to return and joins the thread; returns whether it
-  /// returned. A thread that is still running is left detached.
+  /// returned. A thread that is still running (a failed test) is left as it is.
   func join(seconds: Int = 60) -> Bool {
     if joined { return true }
     guard finished.wait(seconds: seconds) else { return false }

@@ -11,12 +11,15 @@ let groups: [BenchmarkGroup] = [
   QueueBenchmarks.group,
   SyncTimerBenchmarks.group,
   SourceBenchmarks.group,
+  ConcurrencyBenchmarks.group,
 ]
 
 /// Hidden child modes (`Benchmarks --child NAME`, see Support/ChildProcess.swift): rows that
 /// must own the process main thread run there and print their figure.
-let childModes = SyncTimerBenchmarks.childModes.merging(SourceBenchmarks.childModes) { mode, _ in
-  mode
+let childModes = [
+  SyncTimerBenchmarks.childModes, SourceBenchmarks.childModes, ConcurrencyBenchmarks.childModes,
+].reduce(into: [String: @Sendable () -> Never]()) { all, modes in
+  all.merge(modes) { mode, _ in mode }
 }
 
 if CommandLine.arguments.count == 3 && CommandLine.arguments[1] == ChildProcess.flag {

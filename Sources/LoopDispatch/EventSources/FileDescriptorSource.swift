@@ -6,9 +6,12 @@ import MainLoop
 /// ``WriteSource``.
 ///
 /// Walk-through:
-/// 1. On activation the descriptor gets a one-shot watch on the source's loop (the main
-///    loop when the target is the main queue, else the service loop). A regular file is
-///    always ready, as in GCD: it gets no watch, and a delivery is due while bytes remain.
+/// 1. On activation the descriptor gets a watch on the source's loop: one-shot on the
+///    service loop (the handler runs on another thread), persistent on the main loop when
+///    the target is the main queue (the handler usually runs inline, so no re-arm system
+///    calls are needed; the watch is paused whenever the delivery cannot run inline). A
+///    regular file is always ready, as in GCD: it gets no watch, and a delivery is due
+///    while bytes remain.
 /// 2. When the watch fires, the loop checks that the descriptor still refers to the file it
 ///    had at creation (device and inode). If the number was closed and reused, the event
 ///    belongs to someone else: it is dropped, the watch stays disarmed, and one warning line
@@ -29,6 +32,8 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
   private let isRegularFile: Bool
   private let isListeningSocket: Bool
   private let isSocket: Bool
+  /// Whether the watch stays armed between events (main-queue targets; see step 1).
+  private let persistentWatch: Bool
 
   private struct WatchState {
     var watch: FDWatch?
@@ -57,6 +62,7 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
     isListeningSocket =
       isSocket && getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &length) == 0
       && accepting != 0
+    persistentWatch = queue.kind == .main
     super.init(queue: queue, merge: .replace)
   }
 
@@ -68,8 +74,8 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
     watchState.withLock { state in
       guard !state.tornDown else { return }
       do {
-        state.watch = try loop.watch(fd: fd, for: interest, oneShot: true) { [self] in
-          readinessFired()
+        state.watch = try loop.watch(fd: fd, for: interest, oneShot: !persistentWatch) {
+          [self] in readinessFired()
         }
       } catch {
         writeStandardError(
@@ -87,7 +93,11 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
           + "cancel a source before closing its descriptor. The event is dropped.\n")
       return
     }
-    signal(1)
+    if signal(1) != .ranInline && persistentWatch {
+      // The handler will run later (or not until resumed): stop level-triggered readiness
+      // from waking the loop every turn meanwhile. `didDeliver` re-arms it.
+      watchState.withLock { $0.watch }?.pause()
+    }
   }
 
   override func didDeliver() {

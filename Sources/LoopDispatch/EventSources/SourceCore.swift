@@ -141,31 +141,44 @@ class SourceCore: @unchecked Sendable {
   // MARK: Events and delivery
 
   /// Merges `value` into the pending data and schedules a delivery. Any thread.
-  func signal(_ value: UInt) {
+  @discardableResult
+  func signal(_ value: UInt) -> Scheduling {
     switch merge {
     case .add: pendingData.wrappingAdd(value, ordering: .acquiringAndReleasing)
     case .or: pendingData.bitwiseOr(value, ordering: .acquiringAndReleasing)
     case .replace: pendingData.store(value, ordering: .releasing)
     }
-    scheduleDelivery()
+    return scheduleDelivery()
   }
 
-  func scheduleDelivery() {
+  /// How `scheduleDelivery` went.
+  enum Scheduling {
+    /// The handler already ran, inline on the calling (main loop) thread.
+    case ranInline
+    /// A delivery was queued on the target queue.
+    case queued
+    /// Nothing was started (inactive, suspended, cancelled, already pending, no data).
+    case notScheduled
+  }
+
+  @discardableResult
+  func scheduleDelivery() -> Scheduling {
     var current = status.load(ordering: .acquiring)
     while true {
       guard current & Self.activated != 0, current & (Self.pending | Self.cancelled) == 0,
         suspendCount.load(ordering: .acquiring) == 0,
         pendingData.load(ordering: .acquiring) != 0 || deliversEmpty
-      else { return }
+      else { return .notScheduled }
       let (claimed, actual) = status.compareExchange(
         expected: current, desired: current | Self.pending, ordering: .acquiringAndReleasing)
       if claimed { break }
       current = actual
     }
     if loop.isInLoopThread && queue.kind == .main && queue.runInlineIfIdle({ deliver() }) {
-      return
+      return .ranInline
     }
     queue.async { [self] in deliver() }
+    return .queued
   }
 
   /// Runs on the target queue with PENDING held.

@@ -52,6 +52,7 @@ public struct RuntimeStats: Sendable, CustomStringConvertible {
       mainLoopTurns: EventLoop.main.turnCount)
   }
 
+  /// One `name value` line per figure (`queues 3`, `pool_threads 4`, ...), for status pages.
   public var description: String {
     """
     queues \(liveQueues)

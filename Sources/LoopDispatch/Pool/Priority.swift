@@ -10,11 +10,13 @@ public enum Priority: Int, Sendable, CaseIterable, Comparable, CustomStringConve
   /// Maintenance and prefetching; runs only when nothing else waits.
   case background = 3
 
+  /// Whether `lhs` is the higher priority: `.high` sorts first, `.background` last.
   public static func < (lhs: Priority, rhs: Priority) -> Bool {
     // Higher priority sorts first.
     lhs.rawValue < rhs.rawValue
   }
 
+  /// The case name: `"high"`, `"default"`, `"low"` or `"background"`.
   public var description: String {
     switch self {
     case .high: return "high"

@@ -11,6 +11,7 @@ struct QueueExtras {
 
 /// A typed key for ``Queue/setSpecific(key:value:)``; keys compare by identity.
 public final class SpecificKey<Value: Sendable>: Sendable {
+  /// Creates a key, distinct from every other key.
   public init() {}
 }
 

@@ -17,7 +17,9 @@ public final class Queue: @unchecked Sendable {
 
   /// Options for creating a queue.
   public struct Attributes: OptionSet, Sendable {
+    /// The attribute bits.
     public let rawValue: Int
+    /// Creates attributes from their bits; use the named attributes instead.
     public init(rawValue: Int) { self.rawValue = rawValue }
     /// Items may run side by side (up to the width); barriers run alone.
     public static let concurrent = Attributes(rawValue: 1)
@@ -27,7 +29,9 @@ public final class Queue: @unchecked Sendable {
 
   /// Options for one submission.
   public struct Flags: OptionSet, Sendable {
+    /// The flag bits.
     public let rawValue: Int
+    /// Creates flags from their bits; use the named flags instead.
     public init(rawValue: Int) { self.rawValue = rawValue }
     /// On a custom concurrent queue: wait for running items, run alone, then let the rest
     /// continue. On serial and global queues a barrier is an ordinary submission.
@@ -293,5 +297,6 @@ extension Queue: PoolRunnable {
 }
 
 extension Queue: CustomStringConvertible {
+  /// `Queue("<label>")`, for logs and diagnostics.
   public var description: String { "Queue(\"\(label)\")" }
 }

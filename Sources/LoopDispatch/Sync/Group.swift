@@ -21,6 +21,7 @@ public final class Group: @unchecked Sendable {
   private let sleepers = Atomic<Int>(0)
   private let notifications = LockedValue<[(Queue, @Sendable () -> Void)]>([])
 
+  /// Creates an empty group.
   public init() {}
 
   /// Counts one more piece of outstanding work.

@@ -16,6 +16,7 @@ public final class Once: @unchecked Sendable {
   private let state = FutexWord(0)
   private let runner = Atomic<Int32>(0)
 
+  /// Creates a `Once` whose closure has not run yet.
   public init() {}
 
   /// Whether the closure has finished running.

@@ -21,6 +21,7 @@ public struct Deadline: Sendable, Hashable, Comparable, CustomStringConvertible 
   /// A deadline that never arrives: timers set for it never fire and waits never time out.
   public static let distantFuture = Deadline(uptimeNanoseconds: .max)
 
+  /// Whether `lhs` comes before `rhs` on the monotonic clock.
   public static func < (lhs: Deadline, rhs: Deadline) -> Bool {
     lhs.uptimeNanoseconds < rhs.uptimeNanoseconds
   }
@@ -50,6 +51,7 @@ public struct Deadline: Sendable, Hashable, Comparable, CustomStringConvertible 
     return .zero - .nanoseconds(Int64(clamping: rhs.uptimeNanoseconds - lhs.uptimeNanoseconds))
   }
 
+  /// `Deadline(<n> ns)`, or `Deadline.distantFuture`.
   public var description: String {
     self == .distantFuture ? "Deadline.distantFuture" : "Deadline(\(uptimeNanoseconds) ns)"
   }
@@ -76,6 +78,7 @@ public struct WallDeadline: Sendable, Hashable, Comparable, CustomStringConverti
   /// A wall deadline that never arrives.
   public static let distantFuture = WallDeadline(nanosecondsSinceEpoch: .max)
 
+  /// Whether `lhs` comes before `rhs` on the wall clock.
   public static func < (lhs: WallDeadline, rhs: WallDeadline) -> Bool {
     lhs.nanosecondsSinceEpoch < rhs.nanosecondsSinceEpoch
   }
@@ -95,6 +98,7 @@ public struct WallDeadline: Sendable, Hashable, Comparable, CustomStringConverti
     return monoNow + .nanoseconds(Int64(clamping: nanosecondsSinceEpoch - wallNow))
   }
 
+  /// `WallDeadline(<n> ns since epoch)`, or `WallDeadline.distantFuture`.
   public var description: String {
     self == .distantFuture
       ? "WallDeadline.distantFuture" : "WallDeadline(\(nanosecondsSinceEpoch) ns since epoch)"

@@ -13,6 +13,7 @@ public enum EventLoopError: Error, Sendable, Equatable, CustomStringConvertible 
   /// libevent or the kernel refused the registration; `errno` is attached.
   case registrationFailed(errno: Int32)
 
+  /// A one-line explanation naming the descriptor, signal or errno involved.
   public var description: String {
     switch self {
     case .negativeDescriptor(let fd):

@@ -94,13 +94,26 @@ final class EventRegistration: @unchecked Sendable {
     handler?(what)
   }
 
-  /// Adds a fired one-shot event back to the base. Loop thread only. No effect once
-  /// cancelled or removed.
-  func rearmOnLoop() {
-    guard state == .added, !isCancelled, let event else { return }
+  /// Whether a persistent event was taken out of the base by `pauseOnLoop`. Only touched on
+  /// the loop thread.
+  private var paused = false
+
+  /// Adds a fired one-shot event, or a paused persistent one, back to the base. Loop thread
+  /// only. No effect once cancelled or removed, or on a persistent event that is not paused
+  /// (so no system call is made for it).
+  func rearmOnLoop(oneShot: Bool) {
+    guard state == .added, !isCancelled, let event, oneShot || paused else { return }
+    paused = false
     if event_add(event, nil) != 0 {
       internalBug("event_add failed re-arming \(descriptor): errno \(errno)")
     }
+  }
+
+  /// Takes a persistent event out of the base until `rearmOnLoop`. Loop thread only.
+  func pauseOnLoop() {
+    guard state == .added, !paused, let event else { return }
+    paused = true
+    event_del(event)
   }
 
   /// Requests cancellation; `completion` runs on the loop thread once the event is removed.

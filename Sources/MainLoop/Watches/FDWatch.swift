@@ -10,11 +10,12 @@ public enum FDInterest: Sendable, Hashable, CustomStringConvertible {
 
   var libeventFlags: Int16 { self == .read ? cl_ev_read : cl_ev_write }
 
+  /// `"read"` or `"write"`.
   public var description: String { self == .read ? "read" : "write" }
 }
 
 /// A level-triggered readiness watch on a file descriptor, registered with
-/// ``EventLoop/watch(fd:for:_:)``.
+/// ``EventLoop/watch(fd:for:oneShot:_:)``.
 ///
 /// The handler runs on the loop thread every turn in which the descriptor is ready, until the
 /// watch is cancelled. Read and write watches on one descriptor are independent.
@@ -49,15 +50,27 @@ public final class FDWatch: Sendable {
   /// Whether the watch is one-shot (see ``EventLoop/watch(fd:for:oneShot:_:)``).
   public let isOneShot: Bool
 
-  /// Re-arms a one-shot watch after it fired, so that it reports the next readiness.
-  /// Safe from any thread (off the loop thread it takes effect on the loop's next turn).
-  /// No effect on a cancelled watch or one that has not fired.
+  /// Re-arms a one-shot watch after it fired, or a paused watch, so that it reports the next
+  /// readiness. Safe from any thread (off the loop thread it takes effect on the loop's next
+  /// turn). No effect on a cancelled watch, nor on a persistent watch that is not paused.
   public func rearm() {
+    let registration = self.registration
+    let oneShot = isOneShot
     if registration.loop.isInLoopThread {
-      registration.rearmOnLoop()
+      registration.rearmOnLoop(oneShot: oneShot)
     } else {
-      let registration = self.registration
-      registration.loop.execute { registration.rearmOnLoop() }
+      registration.loop.execute { registration.rearmOnLoop(oneShot: oneShot) }
+    }
+  }
+
+  /// Stops a persistent watch from reporting readiness until ``rearm()``, without removing
+  /// it. Safe from any thread (off the loop thread it takes effect on the loop's next turn).
+  public func pause() {
+    let registration = self.registration
+    if registration.loop.isInLoopThread {
+      registration.pauseOnLoop()
+    } else {
+      registration.loop.execute { registration.pauseOnLoop() }
     }
   }
 

@@ -41,7 +41,7 @@ extension EventLoop {
   /// - Throws: ``EventLoopError/invalidSignal(_:)`` for `SIGKILL`, `SIGSTOP` or a number out
   ///   of range; ``EventLoopError/signalsOwnedByAnotherLoop(owner:)`` when another loop of
   ///   this process already watches signals.
-  /// - Thread-safety: callable from any thread, like ``watch(fd:for:_:)``.
+  /// - Thread-safety: callable from any thread, like ``watch(fd:for:oneShot:_:)``.
   public func watchSignal(
     _ signal: Int32, _ handler: @escaping @Sendable () -> Void
   ) throws(EventLoopError) -> SignalWatch {

@@ -28,7 +28,7 @@ enum SourceBenchmarks {
       name: "sources",
       benchmarks: [
         Benchmark(
-          key: "sourcepingpong",
+          key: "serialsourcepingpong",
           name: "fd read sources ping-pong on two serial queues, 100k round trips",
           unit: "ns/round trip", direction: .lowerIsBetter, rivalName: "Dispatch",
           target: .ratioAtMost(0.25, "Dispatch"),

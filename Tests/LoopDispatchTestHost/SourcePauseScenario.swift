@@ -1,0 +1,44 @@
+import Glibc
+import LoopDispatch
+
+/// A main-queue read source keeps a persistent watch; while its handler cannot run (the
+/// source is suspended) readiness must not wake the loop turn after turn.
+func mainSourceNoSpin() {
+  var fds: [Int32] = [0, 0]
+  guard pipe(&fds) == 0 else { fail("pipe") }
+  let (readEnd, writeEnd) = (fds[0], fds[1])
+  let source: ReadSource
+  do {
+    source = try ReadSource(fd: readEnd, queue: .main)
+  } catch {
+    fail("\(error)")
+  }
+  let reads = MainConfined(0)
+  source.setEventHandler {
+    var buffer = [UInt8](repeating: 0, count: 64)
+    if read(readEnd, &buffer, 64) > 0 { reads.value += 1 }
+  }
+  source.setCancelHandler {
+    close(readEnd)
+    close(writeEnd)
+  }
+  source.activate()
+  var byte: UInt8 = 1
+  _ = write(writeEnd, &byte, 1)
+  guard Queue.runMain(until: { reads.value == 1 }, deadline: .now + .seconds(10)) else {
+    fail("the handler never ran")
+  }
+  source.suspend()
+  _ = write(writeEnd, &byte, 1)  // Readable while suspended.
+  let turnsBefore = EventLoop.main.turnCount
+  Queue.runMain(until: .now + .milliseconds(100))
+  let turns = EventLoop.main.turnCount - turnsBefore
+  // A spinning watch would make thousands of turns in 100 ms; a paused one a handful.
+  if turns > 50 { fail("\(turns) loop turns while the source was suspended") }
+  if reads.value != 1 { fail("the handler ran while suspended") }
+  source.resume()
+  guard Queue.runMain(until: { reads.value == 2 }, deadline: .now + .seconds(10)) else {
+    fail("the handler did not run after resume")
+  }
+  source.cancel()
+}
