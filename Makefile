@@ -23,18 +23,21 @@ build: deps
 run: deps
 	$(SWIFT) run $(WERROR) Examples serve
 
-## test: lint, every test, the MainLoop tests under LeakSanitizer and every test under
-## ThreadSanitizer (stress sizes scaled down there; see LOOPDISPATCH_TEST_SCALE), then the docs.
+## test: lint, every test, the MainLoop and LoopDispatch suites under AddressSanitizer with
+## LeakSanitizer and under ThreadSanitizer (stress sizes scaled down there; see
+## LOOPDISPATCH_TEST_SCALE), then the docs.
 test: lint test-unit test-leaks test-tsan docs
 
 test-unit: deps
 	$(SWIFT) build --build-tests $(WERROR)
 	$(SWIFT) test --skip-build
 
-## test-leaks: MainLoop tests under AddressSanitizer, whose LeakSanitizer fails the run on a leak.
+## test-leaks: MainLoop and LoopDispatch suites under AddressSanitizer, whose LeakSanitizer
+## fails the run on a leak (stress sizes scaled down).
 test-leaks: deps
-	ASAN_OPTIONS=detect_leaks=1 $(SWIFT) test --scratch-path .build/asan --sanitize=address \
-	  $(WERROR) --disable-xctest --filter MainLoopTests
+	LOOPDISPATCH_TEST_SCALE=0.1 ASAN_OPTIONS=detect_leaks=1 $(SWIFT) test \
+	  --scratch-path .build/asan --sanitize=address $(WERROR) --disable-xctest \
+	  --filter 'MainLoopTests|LoopDispatchTests'
 
 ## test-tsan: tests under ThreadSanitizer, failing on any report.
 test-tsan: deps
@@ -44,7 +47,7 @@ test-tsan: deps
 
 ## bench: the Benchmarks package in release mode; prints a table of ratios.
 bench: deps
-	cd Benchmarks && $(SWIFT) run -c release $(WERROR) Benchmarks
+	cd Benchmarks && $(SWIFT) run -c release $(WERROR) Benchmarks $(ARGS)
 
 ## docs: the DocC archives of MainLoop and LoopDispatch in docs-out/, built with the toolchain's
 ## docc; fails on any DocC warning, undocumented public symbol or unlisted misuse message.
