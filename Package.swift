@@ -51,6 +51,9 @@ let package = Package(
       name: "LoopDispatchTests",
       dependencies: ["LoopDispatch", "TestSupport", "LoopDispatchTestHost"]),
     .testTarget(name: "ExamplesTests", dependencies: ["Examples", "TestSupport"]),
+    // Large-volume runs: a small size in `make test`, the full size with
+    // LOOPDISPATCH_STRESS=full (see README).
+    .testTarget(name: "StressTests", dependencies: ["LoopDispatch", "TestSupport"]),
   ],
   swiftLanguageModes: [.v6]
 )
