@@ -15,6 +15,7 @@ let scenarios: [String: () -> Void] = [
   "main-gate": mainGate,
   "main-actor": mainActorScenario,
   "main-source-no-spin": mainSourceNoSpin,
+  "idle": idleScenario,
   "source-main-read": sourceMainRead,
   "source-main-ping-pong": sourceMainPingPong,
   "source-main-data-and-timers": sourceMainDataAndTimers,

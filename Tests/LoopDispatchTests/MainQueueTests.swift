@@ -43,3 +43,11 @@ import Testing
     #expect(result.output.contains("ok main-source-no-spin"))
   }
 }
+
+@Suite struct IdleCostTests {
+  @Test func anIdleRuntimeWakesAtMostOncePerSecond() {
+    let result = runProgram("LoopDispatchTestHost", ["idle"])
+    #expect(result.status == 0, "\(result.output)\(result.errorOutput)")
+    #expect(result.output.contains("ok idle"))
+  }
+}

@@ -1,0 +1,67 @@
+import Glibc
+import LoopDispatch
+
+/// An idle runtime costs nothing: with the pool, the service loop and the main loop all
+/// started and then idle, the whole process wakes at most about once per second.
+///
+/// Counts context switches of every thread (`/proc/self/task/*/status`) over
+/// LOOPDISPATCH_IDLE_SECONDS (default 3; the figure is for 10).
+func idleScenario() {
+  let seconds = getenv("LOOPDISPATCH_IDLE_SECONDS").flatMap { Int(String(cString: $0)) } ?? 3
+  // Wake everything once: pool workers, the service loop (a timer), the main loop.
+  let warmed = Group()
+  for _ in 0..<16 { Queue.global().async(group: warmed) {} }
+  warmed.wait()
+  Queue.global().after(.milliseconds(1)) {}.cancel()
+  let fired = Semaphore(value: 0)
+  Queue.global().after(.milliseconds(1)) { fired.signal() }
+  fired.wait()
+  Queue.runMain(until: .now + .milliseconds(300))  // Let spinning workers park.
+  let before = contextSwitches()
+  Queue.runMain(until: .now + .seconds(Int64(seconds)))
+  let after = contextSwitches()
+  let wakes = after - before
+  print("idle for \(seconds) s: \(wakes) context switches in \(threadCount()) threads")
+  // The bounded run itself costs a wake at its deadline; allow one per second in all.
+  if wakes > seconds + 2 { fail("\(wakes) context switches while idle for \(seconds) s") }
+}
+
+/// Voluntary plus involuntary context switches of all threads of this process.
+private func contextSwitches() -> Int {
+  var total = 0
+  forEachTask { status in
+    for line in status.split(separator: "\n") where line.contains("ctxt_switches:") {
+      total += Int(line.split(separator: ":").last?.trimmingCharacters() ?? "") ?? 0
+    }
+  }
+  return total
+}
+
+private func threadCount() -> Int {
+  var count = 0
+  forEachTask { _ in count += 1 }
+  return count
+}
+
+private func forEachTask(_ body: (String) -> Void) {
+  guard let directory = opendir("/proc/self/task") else { return }
+  defer { closedir(directory) }
+  while let entry = readdir(directory) {
+    let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+      String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+    }
+    guard Int(name) != nil else { continue }
+    let fd = open("/proc/self/task/\(name)/status", O_RDONLY)
+    guard fd >= 0 else { continue }
+    var buffer = [UInt8](repeating: 0, count: 4096)
+    let n = read(fd, &buffer, buffer.count)
+    close(fd)
+    if n > 0 { body(String(decoding: buffer[..<n], as: UTF8.self)) }
+  }
+}
+
+extension Substring {
+  fileprivate func trimmingCharacters() -> String {
+    String(filter { !$0.isWhitespace })
+  }
+}
