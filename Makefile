@@ -32,12 +32,13 @@ test-unit: deps
 	$(SWIFT) build --build-tests $(WERROR)
 	$(SWIFT) test --skip-build
 
-## test-leaks: MainLoop and LoopDispatch suites under AddressSanitizer, whose LeakSanitizer
-## fails the run on a leak (stress sizes scaled down).
+## test-leaks: MainLoop and LoopDispatch suites and the server tests (the server itself
+## built with the sanitizer) under AddressSanitizer, whose LeakSanitizer fails the run on a
+## leak (stress sizes scaled down).
 test-leaks: deps
 	LOOPDISPATCH_TEST_SCALE=0.1 ASAN_OPTIONS=detect_leaks=1 $(SWIFT) test \
 	  --scratch-path .build/asan --sanitize=address $(WERROR) --disable-xctest \
-	  --filter 'MainLoopTests|LoopDispatchTests'
+	  --filter 'MainLoopTests|LoopDispatchTests|ServeTests'
 
 ## test-tsan: tests under ThreadSanitizer, failing on any report.
 test-tsan: deps
