@@ -10,7 +10,8 @@ let subcommands: [(name: String, summary: String, run: ([String]) -> Int32)] =
       { _ in runLoopDemo() }
     ),
   ] + seedPrograms + [
-    ("tour", "every seed program above in order (deadlock in a child process)", runTour)
+    ("tour", "every seed program above in order (deadlock in a child process)", runTour),
+    ("actors", "an actor on a serial queue, pool tasks, main-actor updates", runActors),
   ]
 
 _ = programStart  // seed programs print times since now
