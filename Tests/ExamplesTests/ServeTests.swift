@@ -44,6 +44,11 @@ import Testing
     #expect(stats.body.contains("pool_threads "))
     #expect(stats.body.contains("connections 1"))
     #expect(stats.body.contains("sources "))
+    client.send("GET /metrics HTTP/1.1\r\n\r\n")
+    let metrics = try #require(client.readResponse())
+    #expect(metrics.headers["content-type"]?.hasPrefix("text/plain; version=0.0.4") == true)
+    #expect(metrics.body.contains("# TYPE loopdispatch_pool_threads gauge\n"))
+    #expect(metrics.body.contains("\nloopdispatch_pool_jobs_started_total "))
     server.send(SIGINT)
     #expect(server.waitForExit() == 0)
   }

@@ -142,6 +142,10 @@ final class Connection: @unchecked Sendable {
           processInput()
         }
       }
+    case "/metrics":
+      respond(
+        status: 200, reason: "OK", body: RuntimeStats.current.prometheusText,
+        keepAlive: keepAlive, contentType: "text/plain; version=0.0.4; charset=utf-8")
     default:
       respond(
         status: 404, reason: "Not Found", body: "no route for \(request.path)\n",
@@ -151,11 +155,15 @@ final class Connection: @unchecked Sendable {
 
   // MARK: Writing
 
-  private func respond(status: Int, reason: String, body: String, keepAlive requested: Bool) {
+  private func respond(
+    status: Int, reason: String, body: String, keepAlive requested: Bool,
+    contentType: String = "text/plain; charset=utf-8"
+  ) {
     if closed { return }
     // A shutdown that began while the request was in flight closes after this response.
     let keepAlive = requested && !draining
-    output += httpResponse(status: status, reason: reason, body: body, keepAlive: keepAlive)
+    output += httpResponse(
+      status: status, reason: reason, body: body, keepAlive: keepAlive, contentType: contentType)
     if !keepAlive { closeWhenFlushed = true }
     flush()
   }

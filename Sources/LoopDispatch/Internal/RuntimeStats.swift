@@ -52,6 +52,38 @@ public struct RuntimeStats: Sendable, CustomStringConvertible {
       mainLoopTurns: EventLoop.main.turnCount)
   }
 
+  /// The snapshot in the Prometheus text exposition format (version 0.0.4), one gauge or
+  /// counter per figure, each metric named `loopdispatch_<figure>`.
+  public var prometheusText: String {
+    let figures: [(String, String, String, String)] = [
+      ("queues", "gauge", "Custom queues alive.", "\(liveQueues)"),
+      ("sources", "gauge", "Sources alive.", "\(liveSources)"),
+      ("pool_threads", "gauge", "Worker threads in the pool.", "\(poolThreads)"),
+      ("pool_parked_workers", "gauge", "Workers parked (idle).", "\(parkedWorkers)"),
+      ("pool_pending_jobs", "gauge", "Jobs waiting in the pool's lanes.", "\(pendingJobs)"),
+      ("pool_jobs_started_total", "counter", "Jobs started by the pool.", "\(jobsStarted)"),
+      (
+        "pool_growth_events_total", "counter", "Workers added because the others were blocked.",
+        "\(poolGrowthEvents)"
+      ),
+      (
+        "timers_pending", "gauge", "Timers pending on the main and service loops.",
+        "\(pendingTimers)"
+      ),
+      (
+        "watches_registered", "gauge", "fd and signal watches on the main and service loops.",
+        "\(registeredWatches)"
+      ),
+      ("main_loop_turns_total", "counter", "Turns completed by the main loop.", "\(mainLoopTurns)"),
+    ]
+    var text = ""
+    for (name, type, help, value) in figures {
+      text += "# HELP loopdispatch_\(name) \(help)\n# TYPE loopdispatch_\(name) \(type)\n"
+      text += "loopdispatch_\(name) \(value)\n"
+    }
+    return text
+  }
+
   /// One `name value` line per figure (`queues 3`, `pool_threads 4`, ...), for status pages.
   public var description: String {
     """
