@@ -211,7 +211,9 @@ final class Connection: @unchecked Sendable {
 
   private func resetIdleTimer() {
     idleTimer?.cancel()
-    idleTimer = queue.after(server.idleTimeout) { [weak self] in self?.idleExpired() }
+    // A strong capture: `close()` cancels the timer, which releases the closure (and so the
+    // connection) at once; a fired timer finds `closed` set.
+    idleTimer = queue.after(server.idleTimeout) { [self] in idleExpired() }
   }
 
   private func idleExpired() {

@@ -70,7 +70,10 @@ final class TimerCore: SourceCore, @unchecked Sendable {
   private func startTimer() {
     let (generation, start, interval) = plan.withLock { ($0.generation, $0.start, $0.interval) }
     if isCancelled { return }
-    let fire: @Sendable () -> Void = { [weak self] in self?.fired(generation: generation) }
+    // Strong: the timer is cancelled in `teardown` (and on reschedule), which releases this
+    // closure; a weak capture would leave a tagged side-table pointer that LeakSanitizer
+    // cannot follow when a process exits with the timer pending.
+    let fire: @Sendable () -> Void = { [self] in fired(generation: generation) }
     let timer =
       interval == 0
       ? loop.schedule(at: start, fire)
