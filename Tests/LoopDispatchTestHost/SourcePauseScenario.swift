@@ -42,3 +42,21 @@ func mainSourceNoSpin() {
   }
   source.cancel()
 }
+
+/// The opt-in stall watchdog names the queue whose item holds the main thread too long,
+/// while it is still running; quick items are not reported.
+func mainStallScenario() {
+  Queue.setMainStallThreshold(.milliseconds(20))
+  let ui = Queue(label: "ui", target: .main)
+  let done = MainConfined(false)
+  for _ in 0..<100 { Queue.main.async {} }  // Quick items: never reported.
+  ui.async {
+    let until = Deadline.now + .milliseconds(120)  // A deliberate 120 ms stall.
+    while Deadline.now < until {}
+  }
+  Queue.main.async { done.value = true }
+  guard Queue.runMain(until: { done.value }, deadline: .now + .seconds(30)) else {
+    fail("main queue did not finish")
+  }
+  Queue.setMainStallThreshold(nil)
+}

@@ -16,6 +16,7 @@ let scenarios: [String: () -> Void] = [
   "main-actor": mainActorScenario,
   "main-source-no-spin": mainSourceNoSpin,
   "idle": idleScenario,
+  "main-stall": mainStallScenario,
   "source-main-read": sourceMainRead,
   "source-main-ping-pong": sourceMainPingPong,
   "source-main-data-and-timers": sourceMainDataAndTimers,

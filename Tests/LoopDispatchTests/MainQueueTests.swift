@@ -51,3 +51,15 @@ import Testing
     #expect(result.output.contains("ok idle"))
   }
 }
+
+@Suite struct MainStallWatchdogTests {
+  @Test func aLongMainQueueItemIsReportedWithItsQueue() {
+    let result = runProgram("LoopDispatchTestHost", ["main-stall"])
+    #expect(result.status == 0, "\(result.output)\(result.errorOutput)")
+    let reports = result.errorOutput.split(separator: "\n").filter {
+      $0.hasPrefix("LoopDispatch: main-thread stall: an item of queue \"ui\" has been running for")
+    }
+    #expect(reports.count == 1)
+    #expect(!result.errorOutput.contains("queue \"loopdispatch.main\""))
+  }
+}

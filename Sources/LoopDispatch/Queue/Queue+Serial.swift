@@ -105,7 +105,11 @@ extension Queue {
         guard let node = takeNext() else { break }
         let work = node.move().work
         node.deallocate()
-        perform(work)
+        if kind == .main && MainStallWatchdog.isEnabled {
+          MainStallWatchdog.shared.run(work, on: self)
+        } else {
+          perform(work)
+        }
         ran += 1
         if ran == drainBudget && serialHasPendingItems {
           // Yield: go to the back of the target's line, still holding SCHEDULED.
