@@ -5,7 +5,7 @@ SWIFT ?= swift
 WERROR := -Xswiftc -warnings-as-errors
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build run test test-unit test-leaks test-tsan bench lint docs clean
+.PHONY: all deps build run test test-unit test-leaks test-tsan bench bench-http lint docs clean
 
 all: build
 
@@ -54,6 +54,10 @@ bench: deps
 ## docc; fails on any DocC warning, undocumented public symbol or unlisted misuse message.
 docs: deps
 	SWIFT=$(SWIFT) scripts/build-docs.sh
+
+## bench-http: wrk against `Examples serve` and the same server on Apple's Dispatch, 127.0.0.1 only.
+bench-http: deps
+	Benchmarks/scripts/wrk-servers.sh
 
 ## lint: swift format lint --strict on every tracked Swift file.
 lint:

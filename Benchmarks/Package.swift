@@ -25,6 +25,12 @@ let package = Package(
       ],
       swiftSettings: [.enableUpcomingFeature("ExistentialAny")]
     ),
+    // The `Examples serve` HTTP server written with Apple's Dispatch instead of LoopDispatch:
+    // the baseline that scripts/wrk-servers.sh loads with wrk next to `Examples serve`.
+    .executableTarget(
+      name: "DispatchServe",
+      swiftSettings: [.enableUpcomingFeature("ExistentialAny")]
+    ),
   ],
   swiftLanguageModes: [.v6]
 )

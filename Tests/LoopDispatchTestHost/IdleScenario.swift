@@ -4,7 +4,8 @@ import LoopDispatch
 /// An idle runtime costs nothing: with the pool, the service loop and the main loop all
 /// started and then idle, the whole process wakes at most about once per second.
 ///
-/// Counts context switches of every thread (`/proc/self/task/*/status`) over
+/// Counts context switches of the runtime's threads (`/proc/self/task/*/status`: the main
+/// thread and every `ld.*` thread; a sanitizer's own background thread is not ours) over
 /// LOOPDISPATCH_IDLE_SECONDS (default 3; the figure is for 10).
 func idleScenario() {
   let seconds = getenv("LOOPDISPATCH_IDLE_SECONDS").flatMap { Int(String(cString: $0)) } ?? 3
@@ -51,6 +52,9 @@ private func forEachTask(_ body: (String) -> Void) {
       String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
     }
     guard Int(name) != nil else { continue }
+    // Ours: the main thread (the main loop) and LoopDispatch's threads (`ld.*`).
+    let isMain = Int32(name) == getpid()
+    guard isMain || threadName(name).hasPrefix("ld.") else { continue }
     let fd = open("/proc/self/task/\(name)/status", O_RDONLY)
     guard fd >= 0 else { continue }
     var buffer = [UInt8](repeating: 0, count: 4096)
@@ -58,6 +62,15 @@ private func forEachTask(_ body: (String) -> Void) {
     close(fd)
     if n > 0 { body(String(decoding: buffer[..<n], as: UTF8.self)) }
   }
+}
+
+private func threadName(_ tid: String) -> String {
+  let fd = open("/proc/self/task/\(tid)/comm", O_RDONLY)
+  guard fd >= 0 else { return "" }
+  defer { close(fd) }
+  var buffer = [UInt8](repeating: 0, count: 32)
+  let n = read(fd, &buffer, buffer.count)
+  return n > 0 ? String(decoding: buffer[..<n], as: UTF8.self) : ""
 }
 
 extension Substring {

@@ -47,7 +47,9 @@ func runServe(_ arguments: [String]) -> Int32 {
   }
   server.start()
   Log.info("listening on http://127.0.0.1:\(boundPort(listener))/ (Ctrl-C to stop)")
-  Queue.runMain()
+  // `runMain()` never returns, so nothing after it uses `server`: without this an optimised
+  // build may release it (and its sources, closing the listening socket) right away.
+  withExtendedLifetime(server) { Queue.runMain() }
 }
 
 struct SocketError: Error, CustomStringConvertible {

@@ -1,0 +1,276 @@
+// The connection logic of Sources/Examples/Server/Connection.swift (the LoopDispatch `serve`
+// example), copied and ported to Apple's Dispatch so that `wrk` compares the two runtimes on the
+// same server: same read loop (a fresh 16 KiB buffer per readable event), same parser, same
+// responses, same write-source dance, same idle timeout. `fnv1a(bytes:)` is copied verbatim.
+// Routes: `/` and `/hash?bytes=N` as in the original, `/delay?ms=N` too; no `/stats` (it
+// reports LoopDispatch runtime counters).
+import Dispatch
+import Glibc
+
+/// How the idle timeout is implemented; see `--idle-timer` in main.swift.
+enum IdleTimerKind {
+  /// One `DispatchSourceTimer` per connection, rescheduled after each read: Dispatch's idiom.
+  case source
+  /// A `DispatchWorkItem` cancelled and re-posted with `asyncAfter` after each read: the literal
+  /// port of LoopDispatch's `idleTimer?.cancel(); idleTimer = queue.after(...)`.
+  case after
+}
+
+/// One client connection. Every mutable property is confined to `queue`, a serial queue of
+/// its own: the read and write sources, the idle timer and the completions of CPU work all
+/// run there, so the connection needs no lock.
+final class Connection: @unchecked Sendable {
+  // @unchecked Sendable: mutable state is only touched on `queue` (see above).
+  let id: Int
+  let fd: Int32
+  let queue: DispatchQueue
+  private let server: HTTPServer
+  private let readSource: any DispatchSourceRead
+  private let writeSource: any DispatchSourceWrite
+  private let idleTimerSource: (any DispatchSourceTimer)?
+
+  private var input: [UInt8] = []
+  private var output: [UInt8] = []
+  private var outputOffset = 0
+  private var requestInFlight = false
+  private var closeWhenFlushed = false
+  private var draining = false
+  private var closed = false
+  private var writeSourceState = WriteSourceState.inactive
+  private var idleWorkItem: DispatchWorkItem?
+  private var sourcesLeft = 2
+
+  private enum WriteSourceState { case inactive, active, suspended }
+
+  init(id: Int, fd: Int32, server: HTTPServer) {
+    self.id = id
+    self.fd = fd
+    self.server = server
+    queue = DispatchQueue(label: "conn.\(id)")
+    readSource = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
+    writeSource = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
+    switch server.idleTimerKind {
+    case .source:
+      idleTimerSource = DispatchSource.makeTimerSource(queue: queue)
+      sourcesLeft = 3
+    case .after:
+      idleTimerSource = nil
+    }
+  }
+
+  /// Starts reading. Any thread.
+  func start() {
+    readSource.setEventHandler { [unowned self] in readable() }
+    writeSource.setEventHandler { [unowned self] in flush() }
+    readSource.setCancelHandler { [unowned self] in sourceCancelled() }
+    writeSource.setCancelHandler { [unowned self] in sourceCancelled() }
+    if let idleTimerSource {
+      idleTimerSource.setEventHandler { [unowned self] in idleExpired() }
+      idleTimerSource.setCancelHandler { [unowned self] in sourceCancelled() }
+    }
+    queue.async { [self] in
+      readSource.activate()
+      if let idleTimerSource {
+        idleTimerSource.schedule(deadline: .now() + server.idleTimeout)
+        idleTimerSource.activate()
+      } else {
+        resetIdleTimer()
+      }
+    }
+  }
+
+  /// Finishes what is in flight, then closes. Connection queue.
+  func drain() {
+    draining = true
+    if !requestInFlight && outputOffset == output.count { close() }
+  }
+
+  // MARK: Reading and requests
+
+  private func readable() {
+    var buffer = [UInt8](repeating: 0, count: 16 * 1024)
+    while !closed {
+      let n = read(fd, &buffer, buffer.count)
+      if n > 0 {
+        input += buffer[..<n]
+        if input.count > 4 * HTTPParser.maximumHeadBytes { break }  // Parse before reading more.
+        continue
+      }
+      if n == 0 { return close() }  // The peer closed its side.
+      if errno == EINTR { continue }
+      if errno == EAGAIN || errno == EWOULDBLOCK { break }
+      return close()  // ECONNRESET and other errors: the peer is gone.
+    }
+    resetIdleTimer()
+    processInput()
+  }
+
+  private func processInput() {
+    while !closed && !requestInFlight && !closeWhenFlushed {
+      switch HTTPParser.parse(input) {
+      case .incomplete:
+        return
+      case .request(let request, let consumed):
+        input.removeFirst(consumed)
+        handle(request)
+      case .malformed(let why):
+        respond(status: 400, reason: "Bad Request", body: "bad request: \(why)\n", keepAlive: false)
+      case .headTooLarge:
+        respond(
+          status: 431, reason: "Request Header Fields Too Large",
+          body: "request head larger than \(HTTPParser.maximumHeadBytes) bytes\n", keepAlive: false)
+      case .unsupported(let what):
+        respond(status: 501, reason: "Not Implemented", body: "\(what)\n", keepAlive: false)
+      }
+    }
+  }
+
+  private func handle(_ request: HTTPRequest) {
+    let keepAlive = request.keepAlive && !draining
+    switch request.path {
+    case "/":
+      respond(status: 200, reason: "OK", body: "hello from LoopDispatch\n", keepAlive: keepAlive)
+    case "/hash":
+      guard let bytes = request.query("bytes").flatMap({ Int($0) }),
+        (0...(64 << 20)).contains(bytes)
+      else {
+        return respond(
+          status: 400, reason: "Bad Request", body: "usage: /hash?bytes=N (N ≤ 64 MiB)\n",
+          keepAlive: keepAlive)
+      }
+      requestInFlight = true
+      DispatchQueue.global().async { [self] in
+        let digest = fnv1a(bytes: bytes)  // CPU work off the connection's queue.
+        queue.async { [self] in
+          requestInFlight = false
+          respond(
+            status: 200, reason: "OK", body: "fnv1a(\(bytes) bytes) = \(digest)\n",
+            keepAlive: keepAlive)
+          processInput()
+        }
+      }
+    case "/delay":
+      let milliseconds = request.query("ms").flatMap { Int($0) } ?? 100
+      requestInFlight = true
+      let delay = Swift.min(Swift.max(milliseconds, 0), 60_000)
+      queue.asyncAfter(deadline: .now() + .milliseconds(delay)) { [self] in
+        requestInFlight = false
+        respond(
+          status: 200, reason: "OK", body: "waited \(milliseconds) ms\n", keepAlive: keepAlive)
+        processInput()
+      }
+    default:
+      respond(
+        status: 404, reason: "Not Found", body: "no route for \(request.path)\n",
+        keepAlive: keepAlive)
+    }
+  }
+
+  // MARK: Writing
+
+  private func respond(status: Int, reason: String, body: String, keepAlive requested: Bool) {
+    if closed { return }
+    // A shutdown that began while the request was in flight closes after this response.
+    let keepAlive = requested && !draining
+    output += httpResponse(status: status, reason: reason, body: body, keepAlive: keepAlive)
+    if !keepAlive { closeWhenFlushed = true }
+    flush()
+  }
+
+  private func flush() {
+    while outputOffset < output.count && !closed {
+      let n = output.withUnsafeBytes { bytes in
+        send(
+          fd, bytes.baseAddress! + outputOffset, output.count - outputOffset, Int32(MSG_NOSIGNAL))
+      }
+      if n > 0 {
+        outputOffset += n
+      } else if n < 0 && errno == EINTR {
+        continue
+      } else if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
+        setWriteSource(active: true)  // Come back when the socket drains.
+        return
+      } else {
+        return close()
+      }
+    }
+    output.removeAll(keepingCapacity: true)
+    outputOffset = 0
+    setWriteSource(active: false)
+    if closeWhenFlushed || (draining && !requestInFlight) { close() }
+  }
+
+  private func setWriteSource(active: Bool) {
+    switch (writeSourceState, active) {
+    case (.inactive, true):
+      writeSource.activate()
+      writeSourceState = .active
+    case (.suspended, true):
+      writeSource.resume()
+      writeSourceState = .active
+    case (.active, false):
+      writeSource.suspend()
+      writeSourceState = .suspended
+    default:
+      break
+    }
+  }
+
+  // MARK: Timeouts and closing
+
+  private func resetIdleTimer() {
+    if let idleTimerSource {
+      idleTimerSource.schedule(deadline: .now() + server.idleTimeout)
+      return
+    }
+    idleWorkItem?.cancel()
+    let item = DispatchWorkItem { [weak self] in self?.idleExpired() }
+    idleWorkItem = item
+    queue.asyncAfter(deadline: .now() + server.idleTimeout, execute: item)
+  }
+
+  private func idleExpired() {
+    if closed { return }
+    if requestInFlight { return resetIdleTimer() }
+    close()
+  }
+
+  private func close() {
+    if closed { return }
+    closed = true
+    idleWorkItem?.cancel()
+    idleWorkItem = nil
+    idleTimerSource?.cancel()
+    readSource.cancel()
+    // Dispatch runs a cancel handler only once the source is active and not suspended (and an
+    // inactive or suspended source must not be released), unlike LoopDispatch's sources.
+    switch writeSourceState {
+    case .inactive: writeSource.activate()
+    case .suspended: writeSource.resume()
+    case .active: break
+    }
+    writeSourceState = .active
+    writeSource.cancel()
+  }
+
+  /// Runs on `queue` for each source's cancel handler; the last one closes the socket.
+  private func sourceCancelled() {
+    sourcesLeft -= 1
+    guard sourcesLeft == 0 else { return }
+    Glibc.close(fd)
+    let id = self.id
+    let server = self.server
+    DispatchQueue.main.async { server.connectionClosed(id) }
+  }
+}
+
+/// FNV-1a over `bytes` generated bytes: deterministic CPU work for `/hash`. Copied verbatim from
+/// Sources/Examples/Server/Connection.swift.
+func fnv1a(bytes: Int) -> String {
+  var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+  for index in 0..<bytes {
+    hash ^= UInt64(truncatingIfNeeded: index &* 31 &+ 7)
+    hash = hash &* 0x0000_0100_0000_01b3
+  }
+  return String(hash, radix: 16)
+}

@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# wrk against the LoopDispatch HTTP server (`Examples serve`, root package) and the same server
+# written with Apple's Dispatch (`DispatchServe`, this package), on 127.0.0.1 only.
+#
+# For each run (the order of the two servers alternates from run to run), each server is started
+# on a free port (--port 0, the port parsed from its "listening on" line), probed, loaded with
+#   wrk -t$THREADS -c$CONNECTIONS -d$DURATION --latency http://127.0.0.1:PORT/ROUTE
+# for every route, then stopped with SIGTERM; it must exit 0 within 10 s. Prints a Markdown table
+# per run and one of medians: requests/s, p99 latency, ratio LoopDispatch/Dispatch (requests/s).
+#
+# Environment: RUNS (3), DURATION (10s), CONNECTIONS (64), THREADS (2),
+#   ROUTES ("/ /hash?bytes=1000"), EXAMPLES_ROOT (the package that builds `Examples`; default
+#   the repository root), DISPATCH_ARGS (extra DispatchServe flags, e.g. "--idle-timer after"),
+#   SKIP_BUILD=1 (use the existing release binaries). Raw wrk output is kept in a temporary
+#   directory whose path is printed at the end.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+benchmarks="$(cd "$here/.." && pwd)"
+root="$(cd "$benchmarks/.." && pwd)"
+examples_root="${EXAMPLES_ROOT:-$root}"
+SWIFT="${SWIFT:-swift}"
+RUNS="${RUNS:-3}"
+DURATION="${DURATION:-10s}"
+CONNECTIONS="${CONNECTIONS:-64}"
+THREADS="${THREADS:-2}"
+read -r -a routes <<<"${ROUTES:-/ /hash?bytes=1000}"
+read -r -a dispatch_args <<<"${DISPATCH_ARGS:-}"
+
+if ! command -v wrk >/dev/null 2>&1; then
+  echo "wrk not found; install it with: apt-get install -y wrk" >&2
+  exit 1
+fi
+
+if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
+  (cd "$examples_root" && "$SWIFT" build -c release --product Examples)
+  (cd "$benchmarks" && "$SWIFT" build -c release --product DispatchServe)
+fi
+loopdispatch_bin="$(cd "$examples_root" && "$SWIFT" build -c release --show-bin-path)/Examples"
+dispatch_bin="$(cd "$benchmarks" && "$SWIFT" build -c release --show-bin-path)/DispatchServe"
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/wrk-servers.XXXXXX")"
+results="$work/results.tsv"  # run, server, route, requests/s, p99 in ms
+: >"$results"
+server_pid=""
+
+cleanup() {
+  if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
+    kill -KILL "$server_pid" 2>/dev/null || true
+  fi
+}
+trap cleanup EXIT
+
+# start_server NAME LOG: starts the server, sets server_pid and server_port.
+start_server() {
+  local name="$1" log="$2"
+  case "$name" in
+    LoopDispatch) "$loopdispatch_bin" serve --port 0 >"$log" 2>&1 & ;;
+    Dispatch) "$dispatch_bin" --port 0 ${dispatch_args[@]+"${dispatch_args[@]}"} >"$log" 2>&1 & ;;
+  esac
+  server_pid=$!
+  server_port=""
+  for _ in $(seq 100); do
+    server_port="$(sed -n 's|.*listening on http://127\.0\.0\.1:\([0-9]*\)/.*|\1|p' "$log")"
+    [[ -n "$server_port" ]] && break
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if [[ -z "$server_port" ]]; then
+    echo "$name did not print its listening line:" >&2
+    cat "$log" >&2
+    exit 1
+  fi
+  # One request on a fresh connection: the server must answer before it is measured.
+  if ! timeout 5 bash -c '
+    exec 3<>"/dev/tcp/127.0.0.1/$1"
+    printf "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n" >&3
+    read -r status <&3
+    [[ "$status" == "HTTP/1.1 200 OK"* ]]' _ "$server_port" 2>/dev/null; then
+    echo "$name (pid $server_pid) printed port $server_port but does not answer GET /" >&2
+    exit 1
+  fi
+}
+
+# stop_server NAME: SIGTERM, then the server must exit 0 within 10 s.
+stop_server() {
+  local name="$1" status=0
+  kill -TERM "$server_pid"
+  for _ in $(seq 100); do
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$server_pid" 2>/dev/null; then
+    echo "$name (pid $server_pid) still running 10 s after SIGTERM; killing it" >&2
+    kill -KILL "$server_pid"
+    exit 1
+  fi
+  wait "$server_pid" || status=$?
+  server_pid=""
+  if [[ "$status" != 0 ]]; then
+    echo "$name exited with status $status after SIGTERM (expected 0)" >&2
+    exit 1
+  fi
+}
+
+# A wrk latency figure ("850.00us", "3.21ms", "1.02s", "2.00m") in milliseconds.
+to_ms() {
+  awk -v v="$1" 'BEGIN {
+    n = v + 0; u = v; sub(/^[0-9.]+/, "", u)
+    if (u == "us") n /= 1000; else if (u == "s") n *= 1000; else if (u == "m") n *= 60000
+    printf "%.3f", n
+  }'
+}
+
+measure() {
+  local run="$1" name="$2" log="$work/$name.run$1.server.log"
+  start_server "$name" "$log"
+  local route
+  for route in "${routes[@]}"; do
+    local out="$work/$name.run$run.$(echo "$route" | tr -c 'A-Za-z0-9=\n' '_').wrk.txt"
+    wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency \
+      "http://127.0.0.1:$server_port$route" >"$out"
+    local rps p99
+    rps="$(awk '/^Requests\/sec:/ { print $2 }' "$out")"
+    p99="$(awk '$1 == "99%" { print $2 }' "$out")"
+    if [[ -z "$rps" || -z "$p99" ]]; then
+      echo "could not parse wrk output for $name $route:" >&2
+      cat "$out" >&2
+      exit 1
+    fi
+    if grep -qE 'Non-2xx|Socket errors' "$out"; then
+      echo "note: $name $route: $(grep -E 'Non-2xx|Socket errors' "$out" | tr -s ' ')" >&2
+    fi
+    printf '%s\t%s\t%s\t%s\t%s\n' "$run" "$name" "$route" "$rps" "$(to_ms "$p99")" >>"$results"
+    echo "run $run: $name $route: $rps requests/s, p99 $p99" >&2
+  done
+  stop_server "$name"
+}
+
+load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
+for run in $(seq "$RUNS"); do
+  if ((run % 2 == 1)); then order=(LoopDispatch Dispatch); else order=(Dispatch LoopDispatch); fi
+  for name in "${order[@]}"; do measure "$run" "$name"; done
+done
+
+# table TITLE FILTER: a Markdown table from the results; FILTER picks rows ("all" = medians).
+table() {
+  awk -F'\t' -v want="$1" -v routes="${routes[*]}" '
+    function median(list,   a, n, i, t) {
+      n = split(list, a, " ")
+      for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
+      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    want == "median" || $1 == want {
+      rps[$2, $3] = rps[$2, $3] " " $4; p99[$2, $3] = p99[$2, $3] " " $5
+    }
+    END {
+      print "| server | route | requests/s | p99 latency | ratio LoopDispatch/Dispatch (req/s) |"
+      print "|---|---|---:|---:|---:|"
+      n = split(routes, r, " ")
+      for (i = 1; i <= n; i++) {
+        l = median(rps["LoopDispatch", r[i]]); d = median(rps["Dispatch", r[i]])
+        printf "| LoopDispatch | `%s` | %.0f | %.2f ms | %.2fx |\n", r[i], l, median(p99["LoopDispatch", r[i]]), l / d
+        printf "| Dispatch | `%s` | %.0f | %.2f ms | |\n", r[i], d, median(p99["Dispatch", r[i]])
+      }
+    }' "$results"
+}
+
+echo
+echo "wrk -t$THREADS -c$CONNECTIONS -d$DURATION --latency, 127.0.0.1, $(nproc) cores;" \
+  "load average before: $load_before, after: $(cut -d' ' -f1-3 /proc/loadavg)" \
+  "(other work on the machine skews the figures)"
+for run in $(seq "$RUNS"); do
+  echo
+  echo "Run $run:"
+  echo
+  table "$run"
+done
+echo
+echo "Medians of $RUNS runs (ratio = median LoopDispatch req/s / median Dispatch req/s):"
+echo
+table median
+echo
+echo "raw wrk output and server logs: $work"
