@@ -36,7 +36,8 @@ test-unit: deps
 ## built with the sanitizer) under AddressSanitizer, whose LeakSanitizer fails the run on a
 ## leak (stress sizes scaled down).
 test-leaks: deps
-	LOOPDISPATCH_TEST_SCALE=0.1 ASAN_OPTIONS=detect_leaks=1 $(SWIFT) test \
+	LOOPDISPATCH_TEST_SCALE=0.1 ASAN_OPTIONS=detect_leaks=1 \
+	  LSAN_OPTIONS=suppressions=$(CURDIR)/.ci/lsan.supp $(SWIFT) test \
 	  --scratch-path .build/asan --sanitize=address $(WERROR) --disable-xctest \
 	  --filter 'MainLoopTests|LoopDispatchTests|ServeTests'
 

@@ -146,7 +146,8 @@ extension Source {
   /// The source's events as an async sequence of their `data` values.
   ///
   /// Creating the sequence installs the event handler (replacing any other) and activates
-  /// the source; ending the iteration (or cancelling the task) cancels the source.
+  /// the source; the sequence keeps the source alive, and ending the iteration (or
+  /// cancelling the task) cancels it.
   public var events: AsyncStream<UInt> {
     AsyncStream { continuation in
       let core = self.core
@@ -156,7 +157,8 @@ extension Source {
         previousCancel?()
         continuation.finish()
       }
-      continuation.onTermination = { _ in core.cancel() }
+      // The stream keeps the source alive until the iteration ends, which cancels it.
+      continuation.onTermination = { [self] _ in cancel() }
       activate()
     }
   }

@@ -20,6 +20,7 @@ public class Source: @unchecked Sendable {
   init(core: SourceCore, label: String) {
     self.core = core
     self.label = label
+    core.owner = self
   }
 
   deinit {

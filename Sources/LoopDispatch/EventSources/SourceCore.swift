@@ -57,6 +57,9 @@ class SourceCore: @unchecked Sendable {
   let currentData = Atomic<UInt>(0)
   private let cancelSteps = Atomic<Int>(2)
   let handlers = LockedValue(Handlers())
+  /// The public `Source`, weakly: set once by its initialiser before the source can be
+  /// activated; loading it is the runtime's thread-safe "retain if still alive".
+  weak var owner: Source?
 
   init(queue: Queue, merge: DataMerge) {
     self.queue = queue
@@ -187,7 +190,13 @@ class SourceCore: @unchecked Sendable {
     if !isCancelled && suspendCount.load(ordering: .acquiring) == 0 {
       if merged != 0 || deliversEmpty {
         currentData.store(dataForDelivery(merged), ordering: .relaxed)
-        if let handler = handlers.withLock({ $0.event }) { handler() }
+        // Hold the public source for the handler's duration (as GCD retains a source during
+        // its callout), so a handler capturing it `unowned` stays valid even if the last
+        // outside reference is dropped meanwhile. Nil: the source is being released, which
+        // cancels it, so the handler must not run.
+        if let owner, let handler = handlers.withLock({ $0.event }) {
+          withExtendedLifetime(owner) { handler() }
+        }
       }
     } else if merged != 0 {
       // Suspended meanwhile: keep the data for the delivery after resume.
