@@ -142,6 +142,8 @@ import Testing
       #expect(writeBytes(writeEnd, 1) == 1)
       #expect(first.wait())
     }
+    // A running delivery holds the source until its handler returns; after that, nothing.
+    queue.sync {}
     #expect(weakSource == nil)
     // Data written after the drop: any run for it would have to come before the cancel
     // handler, which runs last.
