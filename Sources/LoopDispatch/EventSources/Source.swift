@@ -8,7 +8,10 @@ import MainLoop
 ///
 /// Dropping the last reference to an active source cancels it: no further event handler
 /// runs, and the cancel handler (if any) runs once. A handler that captures its own source
-/// keeps it alive (as in GCD): cancel such a source, which releases the handlers.
+/// keeps it alive (as in GCD): cancel such a source, which releases the handlers. Because
+/// `Queue.runMain()` never returns, an optimised build may end the lifetime of a local
+/// source before it: keep sources in properties, or call
+/// `withExtendedLifetime(source) { Queue.runMain() }`.
 ///
 /// Thread-safety: every method may be called from any thread.
 public class Source: @unchecked Sendable {
