@@ -13,28 +13,10 @@ public final class BackgroundProgram: @unchecked Sendable {
 
   /// Starts the executable `name` (built next to the test bundle) with `arguments`.
   public init(_ name: String, _ arguments: [String]) {
-    let executable = builtProductsDirectory() + "/" + name
     var fds: [Int32] = [0, 0]
     precondition(pipe(&fds) == 0)
-    var actions = posix_spawn_file_actions_t()
-    posix_spawn_file_actions_init(&actions)
-    posix_spawn_file_actions_adddup2(&actions, fds[1], 1)
-    posix_spawn_file_actions_addclose(&actions, fds[0])
-    var attributes = posix_spawnattr_t()
-    posix_spawnattr_init(&attributes)
-    var emptyMask = sigset_t()
-    sigemptyset(&emptyMask)
-    posix_spawnattr_setsigmask(&attributes, &emptyMask)
-    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK))
-    let argv = ([executable] + arguments).map { strdup($0) } + [nil]
-    var child = pid_t()
-    let rc = posix_spawn(&child, executable, &actions, &attributes, argv, environ)
-    for arg in argv { free(arg) }
-    posix_spawn_file_actions_destroy(&actions)
-    posix_spawnattr_destroy(&attributes)
+    pid = spawnBuiltProgram(name, arguments, stdout: fds[1], closing: [fds[0]])
     close(fds[1])
-    precondition(rc == 0, "could not start \(executable): \(rc)")
-    pid = child
     outputFD = fds[0]
   }
 

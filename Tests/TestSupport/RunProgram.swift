@@ -14,44 +14,13 @@ public struct ProgramResult: Sendable {
 /// its exit status, standard output and standard error. Used for programs that must run on
 /// their own process main thread (the examples, the main-queue scenarios).
 public func runProgram(_ name: String, _ arguments: [String]) -> ProgramResult {
-  let executable = builtProductsDirectory() + "/" + name
   var outPipe: [Int32] = [0, 0]
   var errPipe: [Int32] = [0, 0]
   precondition(pipe(&outPipe) == 0 && pipe(&errPipe) == 0)
-  var actions = posix_spawn_file_actions_t()
-  posix_spawn_file_actions_init(&actions)
-  posix_spawn_file_actions_adddup2(&actions, outPipe[1], 1)
-  posix_spawn_file_actions_adddup2(&actions, errPipe[1], 2)
-  posix_spawn_file_actions_addclose(&actions, outPipe[0])
-  posix_spawn_file_actions_addclose(&actions, errPipe[0])
-  let argv = ([executable] + arguments).map { strdup($0) } + [nil]
-  defer { for arg in argv { free(arg) } }
-  // Children that trap on purpose must not start Swift's backtracer: it inherits the output
-  // pipes and can outlive the child (and it is slow under the sanitizers).
-  var environment: [UnsafeMutablePointer<CChar>?] = []
-  var entry = environ
-  while let variable = entry.pointee {
-    environment.append(strdup(variable))
-    entry += 1
-  }
-  environment.append(strdup("SWIFT_BACKTRACE=enable=no"))
-  environment.append(nil)
-  defer { for variable in environment { free(variable) } }
-  // Start the child with no signals blocked, whatever the calling thread blocks (Swift
-  // concurrency's threads block some), so that signal scenarios behave as in a shell.
-  var attributes = posix_spawnattr_t()
-  posix_spawnattr_init(&attributes)
-  var emptyMask = sigset_t()
-  sigemptyset(&emptyMask)
-  posix_spawnattr_setsigmask(&attributes, &emptyMask)
-  posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK))
-  defer { posix_spawnattr_destroy(&attributes) }
-  var pid = pid_t()
-  let rc = posix_spawn(&pid, executable, &actions, &attributes, argv, environment)
-  posix_spawn_file_actions_destroy(&actions)
+  let pid = spawnBuiltProgram(
+    name, arguments, stdout: outPipe[1], stderr: errPipe[1], closing: [outPipe[0], errPipe[0]])
   close(outPipe[1])
   close(errPipe[1])
-  precondition(rc == 0, "could not start \(executable): \(rc)")
   // Read both pipes to the end (poll so neither can fill up and stall the child).
   var output = [UInt8]()
   var errors = [UInt8]()
@@ -77,6 +46,48 @@ public func runProgram(_ name: String, _ arguments: [String]) -> ProgramResult {
     status: signal == 0 ? (status >> 8) & 0xff : -1, signal: signal,
     output: String(decoding: output, as: UTF8.self),
     errorOutput: String(decoding: errors, as: UTF8.self))
+}
+
+/// Starts the executable `name` (built next to the test bundle) with `arguments`, its
+/// standard output on `stdout` and, if given, its standard error on `stderr`; `closing` are
+/// descriptors the child must not inherit (the parent's pipe ends).
+///
+/// The child starts with no signals blocked, whatever the calling thread blocks (Swift
+/// concurrency's threads block some), so signal scenarios behave as in a shell; and without
+/// Swift's backtracer, which would inherit the output pipes of a child that traps on purpose
+/// and could outlive it (it is also slow under the sanitizers).
+func spawnBuiltProgram(
+  _ name: String, _ arguments: [String], stdout: Int32, stderr: Int32? = nil,
+  closing: [Int32]
+) -> pid_t {
+  let executable = builtProductsDirectory() + "/" + name
+  var actions = posix_spawn_file_actions_t()
+  posix_spawn_file_actions_init(&actions)
+  defer { posix_spawn_file_actions_destroy(&actions) }
+  posix_spawn_file_actions_adddup2(&actions, stdout, 1)
+  if let stderr { posix_spawn_file_actions_adddup2(&actions, stderr, 2) }
+  for fd in closing { posix_spawn_file_actions_addclose(&actions, fd) }
+  var attributes = posix_spawnattr_t()
+  posix_spawnattr_init(&attributes)
+  defer { posix_spawnattr_destroy(&attributes) }
+  var emptyMask = sigset_t()
+  sigemptyset(&emptyMask)
+  posix_spawnattr_setsigmask(&attributes, &emptyMask)
+  posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK))
+  var environment: [UnsafeMutablePointer<CChar>?] = []
+  var entry = environ
+  while let variable = entry.pointee {
+    environment.append(strdup(variable))
+    entry += 1
+  }
+  environment.append(strdup("SWIFT_BACKTRACE=enable=no"))
+  environment.append(nil)
+  let argv = ([executable] + arguments).map { strdup($0) } + [nil]
+  defer { for pointer in argv + environment { free(pointer) } }
+  var pid = pid_t()
+  let rc = posix_spawn(&pid, executable, &actions, &attributes, argv, environment)
+  precondition(rc == 0, "could not start \(executable): \(rc)")
+  return pid
 }
 
 /// The directory holding the test bundle and the package's executables.

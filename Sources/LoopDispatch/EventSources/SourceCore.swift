@@ -84,8 +84,6 @@ class SourceCore: @unchecked Sendable {
   func teardown(_ completion: @escaping @Sendable () -> Void) { completion() }
   /// The data to hand to the handler, given what was merged.
   func dataForDelivery(_ merged: UInt) -> UInt { merged }
-  /// Whether a delivery is due even with no merged data (fd readiness merges 1).
-  var deliversEmpty: Bool { false }
 
   // MARK: Lifecycle
 
@@ -170,7 +168,7 @@ class SourceCore: @unchecked Sendable {
     while true {
       guard current & Self.activated != 0, current & (Self.pending | Self.cancelled) == 0,
         suspendCount.load(ordering: .acquiring) == 0,
-        pendingData.load(ordering: .acquiring) != 0 || deliversEmpty
+        pendingData.load(ordering: .acquiring) != 0
       else { return .notScheduled }
       let (claimed, actual) = status.compareExchange(
         expected: current, desired: current | Self.pending, ordering: .acquiringAndReleasing)
@@ -188,7 +186,7 @@ class SourceCore: @unchecked Sendable {
   private func deliver() {
     let merged = pendingData.exchange(0, ordering: .acquiringAndReleasing)
     if !isCancelled && suspendCount.load(ordering: .acquiring) == 0 {
-      if merged != 0 || deliversEmpty {
+      if merged != 0 {
         currentData.store(dataForDelivery(merged), ordering: .relaxed)
         // Hold the public source for the handler's duration (as GCD retains a source during
         // its callout), so a handler capturing it `unowned` stays valid even if the last

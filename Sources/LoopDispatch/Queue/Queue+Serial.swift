@@ -294,8 +294,4 @@ extension Queue {
       .oldValue
     if previous & SerialState.inactive != 0 && serialHasPendingItems { wakeUp() }
   }
-
-  var serialIsSuspended: Bool {
-    state.load(ordering: .relaxed) & SerialState.suspendMask != 0
-  }
 }

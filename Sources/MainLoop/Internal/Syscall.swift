@@ -43,7 +43,4 @@ package enum Syscall {
 
   /// The calling thread's kernel id.
   package static var currentThreadID: Int32 { cls_gettid() }
-
-  /// Whether the caller runs on the process main thread (tid == pid).
-  package static var isMainThread: Bool { cls_is_main_thread() != 0 }
 }

@@ -53,11 +53,6 @@ package struct NativeThread: Sendable {
     _ = pthread_join(handle, nil)
   }
 
-  /// Sets the calling thread's name (truncated to 15 bytes).
-  package static func setCurrentName(_ name: String) {
-    _ = name.withCString { cls_set_thread_name($0) }
-  }
-
   /// The calling thread's name.
   package static var currentName: String {
     var buffer = [CChar](repeating: 0, count: 32)
