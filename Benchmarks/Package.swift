@@ -29,6 +29,7 @@ let package = Package(
     // the baseline that scripts/wrk-servers.sh loads with wrk next to `Examples serve`.
     .executableTarget(
       name: "DispatchServe",
+      dependencies: [.product(name: "ExampleHTTP", package: "LoopDispatch")],
       swiftSettings: [.enableUpcomingFeature("ExistentialAny")]
     ),
   ],

@@ -2,6 +2,7 @@
 // Dispatch: accept on a read source on the main queue, SIGINT/SIGTERM through signal sources on
 // the main queue, graceful drain, exit 0.
 import Dispatch
+import ExampleHTTP
 import Glibc
 
 /// Accepts connections on the main queue and shuts down gracefully on SIGINT/SIGTERM: stop

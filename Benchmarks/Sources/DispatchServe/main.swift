@@ -7,6 +7,7 @@
 // connection, Dispatch's idiom; `--idle-timer after` ports LoopDispatch's cancel-and-`after`
 // literally (a `DispatchWorkItem` re-posted with `asyncAfter` after every read).
 import Dispatch
+import ExampleHTTP
 import Glibc
 
 func runServe(_ arguments: [String]) -> Int32 {

@@ -1,3 +1,4 @@
+import ExampleHTTP
 import Glibc
 import LoopDispatch
 

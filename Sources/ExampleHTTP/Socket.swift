@@ -1,15 +1,17 @@
-// Copied verbatim from Sources/Examples/Server/ServeCommand.swift (the LoopDispatch `serve`
-// example): the listening socket and the unbuffered log.
 import Glibc
 
-struct SocketError: Error, CustomStringConvertible {
-  let call: String
-  let code: Int32
-  var description: String { "\(call) failed: \(String(cString: strerror(code)))" }
+// The listening socket and unbuffered logging shared by `Examples serve` and the
+// Benchmarks package's DispatchServe, so both servers use identical code around the
+// runtime they compare.
+
+public struct SocketError: Error, CustomStringConvertible {
+  public let call: String
+  public let code: Int32
+  public var description: String { "\(call) failed: \(String(cString: strerror(code)))" }
 }
 
 /// A non-blocking TCP socket listening on 127.0.0.1:`port` (0 picks a free port).
-func makeListeningSocket(port: UInt16) throws(SocketError) -> Int32 {
+public func makeListeningSocket(port: UInt16) throws(SocketError) -> Int32 {
   let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
   if fd < 0 { throw SocketError(call: "socket", code: errno) }
   var yes: Int32 = 1
@@ -37,7 +39,7 @@ func makeListeningSocket(port: UInt16) throws(SocketError) -> Int32 {
 }
 
 /// The port `fd` is bound to.
-func boundPort(_ fd: Int32) -> UInt16 {
+public func boundPort(_ fd: Int32) -> UInt16 {
   var address = sockaddr_in()
   var length = socklen_t(MemoryLayout<sockaddr_in>.size)
   _ = withUnsafeMutablePointer(to: &address) {
@@ -47,9 +49,9 @@ func boundPort(_ fd: Int32) -> UInt16 {
 }
 
 /// Unbuffered logging (stdout may be a pipe; lines must appear at once).
-enum Log {
-  static func info(_ line: String) { write(1, line + "\n") }
-  static func error(_ line: String) { write(2, line + "\n") }
+public enum Log {
+  public static func info(_ line: String) { write(1, line + "\n") }
+  public static func error(_ line: String) { write(2, line + "\n") }
   private static func write(_ fd: Int32, _ text: String) {
     var copy = text
     copy.withUTF8 { bytes in

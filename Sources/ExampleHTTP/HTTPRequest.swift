@@ -1,31 +1,31 @@
-// Copied verbatim from Sources/Examples/Server/HTTPRequest.swift (the LoopDispatch `serve`
-// example) so that DispatchServe parses requests and builds responses exactly like
-// `Examples serve`, down to the response bytes. Keep the two in step.
+// A minimal HTTP/1.x request parser and response builder shared by `Examples serve` and the
+// Benchmarks package's DispatchServe: both servers parse and answer with the same code, so
+// the benchmark compares the runtimes, not two parsers.
 
 /// A parsed HTTP/1.x request head.
-struct HTTPRequest: Equatable {
-  var method: String
-  var target: String
-  var minorVersion: Int
-  var headers: [(name: String, value: String)]
-  var contentLength: Int
+public struct HTTPRequest: Equatable {
+  public var method: String
+  public var target: String
+  public var minorVersion: Int
+  public var headers: [(name: String, value: String)]
+  public var contentLength: Int
 
   /// Whether the connection stays open after the response (HTTP/1.1 default; HTTP/1.0 only
   /// with `Connection: keep-alive`).
-  var keepAlive: Bool {
+  public var keepAlive: Bool {
     let connection = header("connection")?.lowercased()
     return minorVersion >= 1 ? connection != "close" : connection == "keep-alive"
   }
 
-  func header(_ name: String) -> String? {
+  public func header(_ name: String) -> String? {
     headers.first { $0.name.lowercased() == name }?.value
   }
 
   /// The path without the query.
-  var path: Substring { target.split(separator: "?", maxSplits: 1).first ?? "" }
+  public var path: Substring { target.split(separator: "?", maxSplits: 1).first ?? "" }
 
   /// The value of query parameter `name`.
-  func query(_ name: String) -> String? {
+  public func query(_ name: String) -> String? {
     guard let query = target.split(separator: "?", maxSplits: 1).dropFirst().first else {
       return nil
     }
@@ -36,7 +36,7 @@ struct HTTPRequest: Equatable {
     return nil
   }
 
-  static func == (lhs: HTTPRequest, rhs: HTTPRequest) -> Bool {
+  public static func == (lhs: HTTPRequest, rhs: HTTPRequest) -> Bool {
     lhs.method == rhs.method && lhs.target == rhs.target && lhs.minorVersion == rhs.minorVersion
       && lhs.headers.map(\.name) == rhs.headers.map(\.name)
       && lhs.headers.map(\.value) == rhs.headers.map(\.value)
@@ -45,11 +45,11 @@ struct HTTPRequest: Equatable {
 }
 
 /// Parses request heads out of a byte buffer.
-enum HTTPParser {
+public enum HTTPParser {
   /// Largest accepted request head; larger ones get 431.
-  static let maximumHeadBytes = 8 * 1024
+  public static let maximumHeadBytes = 8 * 1024
 
-  enum Outcome: Equatable {
+  public enum Outcome: Equatable {
     /// More bytes are needed.
     case incomplete
     /// A request head and the number of bytes it used (head plus body).
@@ -63,7 +63,7 @@ enum HTTPParser {
   }
 
   /// Looks for one complete request at the start of `bytes`.
-  static func parse(_ bytes: [UInt8]) -> Outcome {
+  public static func parse(_ bytes: [UInt8]) -> Outcome {
     guard let headEnd = findHeadEnd(bytes) else {
       return bytes.count > maximumHeadBytes ? .headTooLarge : .incomplete
     }
@@ -130,7 +130,7 @@ enum HTTPParser {
 }
 
 /// Builds a complete HTTP/1.1 response.
-func httpResponse(
+public func httpResponse(
   status: Int, reason: String, body: String, keepAlive: Bool,
   contentType: String = "text/plain; charset=utf-8"
 ) -> [UInt8] {
