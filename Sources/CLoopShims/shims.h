@@ -32,6 +32,23 @@ static inline void cls_cpu_relax(void) {
 #endif
 }
 
+/// A cheap, monotonic per-machine cycle counter for measuring short intervals (x86 TSC,
+/// arm64 virtual counter); its rate is calibrated against CLOCK_MONOTONIC by the caller.
+/// Elsewhere it is CLOCK_MONOTONIC in nanoseconds.
+static inline uint64_t cls_cycle_counter(void) {
+#if defined(__x86_64__)
+  return __builtin_ia32_rdtsc();
+#elif defined(__aarch64__)
+  uint64_t value;
+  __asm__ __volatile__("mrs %0, cntvct_el0" : "=r"(value));
+  return value;
+#else
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+#endif
+}
+
 static inline pid_t cls_gettid(void) { return (pid_t)syscall(SYS_gettid); }
 
 static inline int cls_is_main_thread(void) { return cls_gettid() == getpid(); }
@@ -41,6 +58,14 @@ static inline void **cls_frame_slot_ptr_(void) {
   return &slot;
 }
 static inline void *cls_frame_slot_(void) { return *cls_frame_slot_ptr_(); }
+
+/// A per-thread slot for the thread-name state of pool workers (nil on other threads).
+static inline void **cls_name_slot_ptr_(void) {
+  static __thread void *slot = 0;
+  return &slot;
+}
+static inline void *cls_name_state_get(void) { return *cls_name_slot_ptr_(); }
+static inline void cls_name_state_set(void *state) { *cls_name_slot_ptr_() = state; }
 
 /// Whether the caller is the process main thread, computed once per thread and then read
 /// from a thread-local cache (no system call on the fast path).

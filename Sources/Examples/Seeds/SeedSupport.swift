@@ -3,14 +3,15 @@ import LoopDispatch
 import Synchronization
 
 // Small helpers shared by the seed programs: a log line that says where it runs, counters
-// and a lock built on `Synchronization`, a rendezvous to force an interleaving, and plain
+// built on `Synchronization`, a lock (a pthread mutex, which ThreadSanitizer understands:
+// it cannot see `Synchronization.Mutex`'s futex, and `make test` runs the demos under it), a rendezvous to force an interleaving, and plain
 // POSIX threads for the one demo (`once`) that needs real threads racing.
 
 /// When the program started (first touched by `main.swift`); lines show the time since then.
 let programStart = Deadline.now
 
 /// Held while a line is stamped and printed, so that lines appear in time order.
-private let outputLock = Mutex<Void>(())
+private let outputLock = LockedValue<Void>(())
 
 /// Prints `text` with the time, the queue the calling thread is running work for
 /// (`Queue.current?.label`) and the thread:
@@ -78,8 +79,8 @@ final class AtomicFlag: Sendable {
 
 /// A value behind a mutex, shared between threads.
 final class Guarded<Value: Sendable>: Sendable {
-  private let mutex: Mutex<Value>
-  init(_ value: Value) { mutex = Mutex(value) }
+  private let mutex: LockedValue<Value>
+  init(_ value: Value) { mutex = LockedValue(value) }
   func withLock<T: Sendable>(_ body: (inout Value) -> T) -> T {
     mutex.withLock { body(&$0) }
   }

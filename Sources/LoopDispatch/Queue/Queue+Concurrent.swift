@@ -11,7 +11,7 @@ import Synchronization
 ///    `pending` starts: a run of plain items up to the width, or one barrier alone.
 /// 3. Suspension and inactivity stop step 1 and 2 from starting anything.
 struct ConcurrentState {
-  var pending = RingBuffer<QueueWork>(capacity: 16)
+  var pending = RingBuffer<TimedWork>(capacity: 16)
   var running = 0
   var barrierRunning = false
   var suspendCount = 0
@@ -33,39 +33,54 @@ struct ConcurrentState {
   }
 
   /// Removes and returns the items that may start now, in order.
-  mutating func takeStartable(width: Int) -> [QueueWork] {
-    var started: [QueueWork] = []
-    while let first = pending.first, canStart(barrier: first.isBarrier, width: width) {
+  mutating func takeStartable(width: Int) -> [TimedWork] {
+    var started: [TimedWork] = []
+    while let first = pending.first, canStart(barrier: first.work.isBarrier, width: width) {
       _ = pending.popFirst()
-      markStarted(barrier: first.isBarrier)
+      markStarted(barrier: first.work.isBarrier)
       started.append(first)
     }
     return started
   }
 }
 
+/// A concurrent queue's item with its submission time (`Ticks`), for the wait figures.
+struct TimedWork {
+  var work: QueueWork
+  var enqueuedAt: UInt64
+}
+
 extension Queue {
   func concurrentEnqueue(_ work: QueueWork) {
+    let item = TimedWork(work: work, enqueuedAt: Ticks.now())
+    countSubmission()
     let startNow = concurrentState!.withLock { state -> Bool in
       if state.pending.isEmpty && state.canStart(barrier: work.isBarrier, width: width) {
         state.markStarted(barrier: work.isBarrier)
         return true
       }
-      state.pending.append(work)
+      state.pending.append(item)
       return false
     }
-    if startNow { forward(work) }
+    if startNow { forward(item) }
   }
 
-  /// Sends one started item to the target, wrapped so that its completion is recorded.
-  private func forward(_ work: QueueWork) {
+  /// Sends one started item to the target, wrapped so that its start and completion are
+  /// recorded.
+  private func forward(_ item: TimedWork) {
+    let work = item.work
     if case .syncWaiter(let waiter, _) = work, waiter.callerReleasesSlot {
+      recordStartShared(enqueuedAt: item.enqueuedAt)
       waiter.turn.signal()  // The caller runs now and calls `concurrentFinished` itself.
       return
     }
     let barrier = work.isBarrier
+    let enqueuedAt = item.enqueuedAt
     let wrapped: @Sendable () -> Void = { [self] in
+      ThreadName.show(label)
+      recordStartShared(enqueuedAt: enqueuedAt)
       ThreadFrame.with(self, exclusive: barrier) { perform(work) }
+      ThreadName.showEnclosingQueue()
       concurrentFinished(barrier: barrier)
     }
     target!.submitForChild(wrapped)
@@ -73,7 +88,8 @@ extension Queue {
 
   /// Records a finished item and starts whatever may start now.
   func concurrentFinished(barrier: Bool) {
-    let started = concurrentState!.withLock { state -> [QueueWork] in
+    countCompletionShared()
+    let started = concurrentState!.withLock { state -> [TimedWork] in
       state.markFinished(barrier: barrier)
       return state.pending.isEmpty ? [] : state.takeStartable(width: width)
     }
@@ -107,7 +123,7 @@ extension Queue {
   }
 
   func concurrentResume() {
-    let started = concurrentState!.withLock { state -> [QueueWork]? in
+    let started = concurrentState!.withLock { state -> [TimedWork]? in
       if state.suspendCount == 0 {
         if !state.inactive { return nil }
         state.inactive = false
@@ -123,7 +139,7 @@ extension Queue {
   }
 
   func concurrentActivate() {
-    let started = concurrentState!.withLock { state -> [QueueWork] in
+    let started = concurrentState!.withLock { state -> [TimedWork] in
       guard state.inactive else { return [] }
       state.inactive = false
       return state.takeStartable(width: width)

@@ -47,7 +47,8 @@ extension Queue {
   func serialEnqueue(_ work: QueueWork) {
     // Safe: the node is ours until the CAS publishes it; the drainer frees it.
     let node = UnsafeMutablePointer<ItemNode>.allocate(capacity: 1)
-    node.initialize(to: ItemNode(next: nil, work: work))
+    node.initialize(to: ItemNode(next: nil, work: work, enqueuedAt: Ticks.now()))
+    countSubmission()
     var expected = incoming.load(ordering: .relaxed)
     while true {
       node.pointee.next = expected
@@ -95,30 +96,36 @@ extension Queue {
 
   /// Runs up to `drainBudget` items. The caller holds SCHEDULED (given by `wakeUp`).
   func drainSerial() {
+    if kind == .serial { ThreadName.show(label) }
     ThreadFrame.with(self, exclusive: true) {
       var ran = 0
+      var yielded = false
       while true {
         if state.load(ordering: .acquiring) & (SerialState.suspendMask | SerialState.inactive) != 0
         {
           break
         }
         guard let node = takeNext() else { break }
-        let work = node.move().work
+        let item = node.move()
         node.deallocate()
+        recordStartExclusive(enqueuedAt: item.enqueuedAt)
         if kind == .main && MainStallWatchdog.isEnabled {
-          MainStallWatchdog.shared.run(work, on: self)
+          MainStallWatchdog.shared.run(item.work, on: self)
         } else {
-          perform(work)
+          perform(item.work)
         }
+        countCompletionExclusive()
         ran += 1
         if ran == drainBudget && serialHasPendingItems {
           // Yield: go to the back of the target's line, still holding SCHEDULED.
           scheduleDrain()
-          return
+          yielded = true
+          break
         }
       }
-      releaseScheduled()
+      if !yielded { releaseScheduled() }
     }
+    if kind == .serial { ThreadName.showEnclosingQueue() }
   }
 
   /// Takes the oldest item, refilling the backlog from `incoming` when it runs dry.

@@ -38,12 +38,16 @@ extension Queue {
             expected: 0, desired: SerialState.syncLocked, ordering: .sequentiallyConsistent
           ).exchanged
         {
+          countSubmission()
           ThreadFrame.with(self, exclusive: true, body)
+          countCompletionExclusive()
           releaseSyncLock()
           return
         }
       } else if trySyncLockChain() {
+        countSubmission()
         withChainFrames(body)
+        countCompletionExclusive()
         unlockSyncChain(upTo: nil)
         return
       }
@@ -52,6 +56,7 @@ extension Queue {
       syncOnMainThread(body)
     case .concurrent:
       if concurrentTrySyncStart(barrier: barrier) {
+        countSubmission()
         ThreadFrame.with(self, exclusive: barrier, body)
         concurrentFinished(barrier: barrier)
         return

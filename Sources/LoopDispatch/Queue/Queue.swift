@@ -85,6 +85,20 @@ public final class Queue: @unchecked Sendable {
   /// first use to keep idle queues small: a retained `LockedValue<QueueExtras>`, or nil.
   private let extrasPointer = Atomic<UnsafeMutableRawPointer?>(nil)
 
+  // MARK: Counters (who writes each: `QueueCounters.swift`)
+
+  /// Atomic. Items submitted.
+  let submittedItems = Atomic<UInt64>(0)
+  /// Atomic. Items finished.
+  let completedItems = Atomic<UInt64>(0)
+  /// Atomic. Longest submission-to-start wait, in `Ticks`.
+  let maxWaitTicks = Atomic<UInt64>(0)
+  /// Atomic. Moving average of recent waits, in `Ticks`.
+  let recentWaitTicks = Atomic<UInt64>(0)
+  /// The queue's slot in `QueueRegistry`. Written once, in the initialiser, before the
+  /// queue is shared; read by `deinit`.
+  private var registrySlot = -1
+
   // MARK: Creation
 
   /// Creates a custom queue.
@@ -124,6 +138,7 @@ public final class Queue: @unchecked Sendable {
     firstTarget = initial
     publishTarget(initial)
     RuntimeCounters.liveQueues.wrappingAdd(1, ordering: .relaxed)
+    registrySlot = QueueRegistry.shared.register(self)
   }
 
   /// A global (root) queue.
@@ -133,6 +148,7 @@ public final class Queue: @unchecked Sendable {
     width = Int.max
     concurrentState = nil
     firstTarget = nil
+    registrySlot = QueueRegistry.shared.register(self)
   }
 
   /// The main queue.
@@ -142,9 +158,12 @@ public final class Queue: @unchecked Sendable {
     width = 1
     concurrentState = nil
     firstTarget = nil
+    registrySlot = QueueRegistry.shared.register(self)
   }
 
   deinit {
+    // First: a snapshot may be reading this queue; this waits for it (QueueRegistry).
+    QueueRegistry.shared.unregister(slot: registrySlot, final: figures)
     RuntimeCounters.liveQueues.wrappingSubtract(1, ordering: .relaxed)
     if kind == .serial {
       let pending = serialHasPendingItems

@@ -20,6 +20,8 @@ enum QueueWork: @unchecked Sendable {
 struct ItemNode {
   var next: UnsafeMutablePointer<ItemNode>?
   var work: QueueWork
+  /// `Ticks` at submission, for the queue's wait figures.
+  var enqueuedAt: UInt64
 }
 
 /// A thread blocked in `sync` on a busy queue. When the drainer reaches the waiter it gives

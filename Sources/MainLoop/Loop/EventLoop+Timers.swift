@@ -111,6 +111,8 @@ extension EventLoop {
         timer.handler = nil
         liveTimers.wrappingSubtract(1, ordering: .relaxed)
       }
+      // Single writer (the loop thread): a plain load-then-store is enough.
+      timersFired.store(timersFired.load(ordering: .relaxed) &+ 1, ordering: .relaxed)
       handler()
     }
   }

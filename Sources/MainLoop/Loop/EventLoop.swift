@@ -64,6 +64,11 @@ public final class EventLoop: @unchecked Sendable {
   let liveTimers = Atomic<Int>(0)
   /// Atomic. Completed loop turns.
   let turns = Atomic<UInt64>(0)
+  /// Atomic. fd and signal events whose handler ran. Written only by the loop thread.
+  let eventsRun = Atomic<UInt64>(0)
+  /// Atomic. Timer firings (each period of a repeating timer counts). Written only by the
+  /// loop thread.
+  let timersFired = Atomic<UInt64>(0)
   /// Atomic. Writes to the wake eventfd (one per batch of posts, not one per post).
   let wakeWrites = Atomic<UInt64>(0)
 
@@ -130,6 +135,12 @@ public final class EventLoop: @unchecked Sendable {
 
   /// Number of completed loop turns.
   public var turnCount: UInt64 { turns.load(ordering: .relaxed) }
+
+  /// Number of fd and signal events whose handler ran.
+  public var eventCount: UInt64 { eventsRun.load(ordering: .relaxed) }
+
+  /// Number of timer firings (each period of a repeating timer counts once).
+  public var timerFireCount: UInt64 { timersFired.load(ordering: .relaxed) }
 
   /// Number of wake-ups written to the loop's eventfd: one per batch of posts that found the
   /// loop without a pending wake-up, not one per post.

@@ -24,6 +24,8 @@ final class MainStallWatchdog: @unchecked Sendable {
   private let itemStart = Atomic<UInt64>(0)
   /// Atomic. The start already reported, so each stall is reported once.
   private let reportedStart = Atomic<UInt64>(0)
+  /// Atomic. Stalls reported since launch.
+  let stallsReported = Atomic<UInt64>(0)
   /// Protected by: its lock. Label of the queue whose item is running.
   private let current = LockedValue<String>("")
   /// Protected by: its lock. The threshold and the checking timer.
@@ -66,6 +68,7 @@ final class MainStallWatchdog: @unchecked Sendable {
       reportedStart.exchange(start, ordering: .relaxed) != start
     else { return }
     let label = current.withLock { $0 }
+    stallsReported.wrappingAdd(1, ordering: .relaxed)
     writeStandardError(
       "LoopDispatch: main-thread stall: an item of queue \"\(label)\" has been running for "
         + "\((now - start) / 1_000_000) ms (threshold \(threshold / 1_000_000) ms)\n")

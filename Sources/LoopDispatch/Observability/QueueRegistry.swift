@@ -1,0 +1,84 @@
+import MainLoop
+
+/// Every live queue, so a snapshot can list them, and the totals of released queues folded
+/// by label, so per-label counters never go backwards when a queue goes away.
+///
+/// A queue registers in its initialiser and unregisters first thing in `deinit`. The table
+/// holds queues unretained; a snapshot reads them under the table's lock, so a queue being
+/// released waits in `unregister` until the snapshot is done and its memory stays valid.
+///
+/// Thread-safety: everything is behind `table`'s lock.
+final class QueueRegistry: Sendable {
+  static let shared = QueueRegistry()
+
+  /// Distinct labels of released queues remembered; later ones fold into `otherLabel`.
+  static let retiredLabelLimit = 256
+  /// The label released queues fold into once `retiredLabelLimit` labels are remembered.
+  static let otherLabel = "(other labels)"
+
+  private struct Table {
+    /// Unretained live queues; nil marks a free slot.
+    var slots: [UnsafeMutableRawPointer?] = []
+    /// Indices of free slots, reused first.
+    var free: [Int] = []
+    /// Totals of released queues, by label.
+    var retired: [String: QueueFigures] = [:]
+  }
+
+  // Safe to be Sendable: the raw pointers are only dereferenced under this lock, while the
+  // queues they name are alive (see the type's comment).
+  private let table = LockedValue(Table())
+
+  private init() {
+    // Take the tick calibration reference with the first queue, long before any snapshot.
+    _ = Ticks.reference
+  }
+
+  /// Adds `queue`; returns its slot for `unregister`.
+  func register(_ queue: Queue) -> Int {
+    let pointer = Unmanaged.passUnretained(queue).toOpaque()
+    return table.withLock { table in
+      if let slot = table.free.popLast() {
+        table.slots[slot] = pointer
+        return slot
+      }
+      table.slots.append(pointer)
+      return table.slots.count - 1
+    }
+  }
+
+  /// Removes the queue in `slot`, folding its final figures into its label's totals.
+  func unregister(slot: Int, final figures: QueueFigures) {
+    table.withLock { table in
+      table.slots[slot] = nil
+      table.free.append(slot)
+      var key = figures.label
+      if table.retired[key] == nil && table.retired.count >= Self.retiredLabelLimit {
+        key = Self.otherLabel
+      }
+      var released = figures
+      released.label = key
+      released.queues = 0
+      released.recentWaitTicks = 0
+      table.retired[key] = table.retired[key].map { $0.merged(with: released) } ?? released
+    }
+  }
+
+  /// Live queues' figures, one per queue, and released queues' totals, one per label.
+  func snapshot() -> (live: [QueueStats], retired: [QueueStats]) {
+    let rate = Ticks.nanosecondsPerTick()
+    let (live, retired) = table.withLock { table in
+      var live: [QueueFigures] = []
+      live.reserveCapacity(table.slots.count - table.free.count)
+      for case let pointer? in table.slots {
+        // No retain: the queue may already be in `deinit`, blocked on this lock.
+        live.append(Unmanaged<Queue>.fromOpaque(pointer)._withUnsafeGuaranteedRef { $0.figures })
+      }
+      return (live, Array(table.retired.values))
+    }
+    return (
+      live.map { $0.stats(nanosecondsPerTick: rate) },
+      retired.map { $0.stats(nanosecondsPerTick: rate) }.sorted { $0.label < $1.label }
+    )
+  }
+}

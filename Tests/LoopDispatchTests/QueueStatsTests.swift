@@ -1,0 +1,167 @@
+import CLoopShims
+import Glibc
+import LoopDispatch
+import TestSupport
+import Testing
+
+/// Per-queue counters, wait times, label folding and their renderings. Each test uses
+/// labels of its own, since other suites run in the same process at the same time.
+@Suite struct QueueStatsTests {
+  @Test func serialQueueCountsSubmittedCompletedAndDepth() throws {
+    let queue = Queue(label: "stats.serial.counts")
+    queue.suspend()
+    for _ in 0..<5 { queue.async {} }
+    let held = try #require(stats(of: queue.label))
+    #expect(held.kind == .serial)
+    #expect(held.queues == 1)
+    #expect(held.submitted == 5)
+    #expect(held.completed == 0)
+    #expect(held.depth == 5)
+    queue.resume()
+    queue.sync {}  // Runs after the five: submitted 6.
+    let drained = try #require(eventually(label: queue.label) { $0.completed == 6 })
+    #expect(drained.submitted == 6)
+    #expect(drained.depth == 0)
+  }
+
+  @Test func concurrentQueueCountsItemsBarriersAndSyncs() throws {
+    let queue = Queue(label: "stats.concurrent.counts", attributes: .concurrent)
+    queue.suspend()
+    for index in 0..<10 { queue.async(flags: index == 4 ? .barrier : []) {} }
+    let held = try #require(stats(of: queue.label))
+    #expect(held.kind == .concurrent)
+    #expect(held.submitted == 10)
+    #expect(held.depth == 10)
+    queue.resume()
+    queue.sync(flags: .barrier) {}
+    let drained = try #require(eventually(label: queue.label) { $0.completed == 11 })
+    #expect(drained.submitted == 11)
+    #expect(drained.depth == 0)
+  }
+
+  @Test func waitFromSubmissionToStartIsMeasured() throws {
+    let queue = Queue(label: "stats.serial.wait")
+    queue.suspend()
+    queue.async {}
+    // Taken after the submission, so `heldFor` is a lower bound of the item's wait.
+    let submitted = Deadline.now
+    // A measured pause (not synchronisation): the item is held at least this long.
+    var pause = timespec(tv_sec: 0, tv_nsec: 30_000_000)
+    nanosleep(&pause, nil)
+    let heldFor = Deadline.now - submitted
+    queue.resume()
+    let drained = try #require(eventually(label: queue.label) { $0.completed == 1 })
+    #expect(drained.maxWait >= heldFor)
+    #expect(drained.maxWait < .seconds(60))
+    // One wait of W gives a recent average of W/8.
+    #expect(drained.recentWait >= heldFor / 8 - .microseconds(1))  // integer division
+    #expect(drained.recentWait <= drained.maxWait)
+  }
+
+  @Test func concurrentQueueWaitIsMeasured() throws {
+    let queue = Queue(label: "stats.concurrent.wait", attributes: .concurrent)
+    queue.suspend()
+    queue.async {}
+    let submitted = Deadline.now
+    var pause = timespec(tv_sec: 0, tv_nsec: 20_000_000)
+    nanosleep(&pause, nil)
+    let heldFor = Deadline.now - submitted
+    queue.resume()
+    let drained = try #require(eventually(label: queue.label) { $0.completed == 1 })
+    #expect(drained.maxWait >= heldFor)
+  }
+
+  @Test func releasedQueuesFoldIntoTheirLabelSoCountersNeverDecrease() throws {
+    let label = "stats.fold.\(getpid())"
+    do {
+      let queues = (0..<3).map { _ in Queue(label: label) }
+      for queue in queues {
+        queue.async {}
+        queue.sync {}
+      }
+      let live = RuntimeStats.current.queuesByLabel.first { $0.label == label }
+      #expect(live?.queues == 3)
+      #expect(live?.submitted == 6)
+      withExtendedLifetime(queues) {}
+    }
+    let after = RuntimeStats.current
+    #expect(!after.queues.contains { $0.label == label })
+    let released = try #require(after.releasedQueues.first { $0.label == label })
+    #expect(released.queues == 0)
+    #expect(released.submitted == 6)
+    #expect(released.completed == 6)
+    let folded = try #require(after.queuesByLabel.first { $0.label == label })
+    #expect(folded.submitted == 6)
+  }
+
+  @Test func globalAndMainQueuesAreListed() {
+    let stats = RuntimeStats.current
+    #expect(stats.queues.contains { $0.kind == .main && $0.label == Queue.main.label })
+    for priority in Priority.allCases {
+      #expect(
+        stats.queues.contains { $0.kind == .global && $0.label == Queue.global(priority).label })
+    }
+  }
+
+  @Test func metricsAndStatusTextCarryEachLabelEscaped() {
+    let queue = Queue(label: "stats \"quoted\" \\ label")
+    queue.sync {}
+    let stats = RuntimeStats.current
+    let metrics = stats.prometheusText
+    #expect(metrics.contains("# TYPE loopdispatch_queue_submitted_total counter\n"))
+    #expect(
+      metrics.contains(
+        "loopdispatch_queue_submitted_total{queue=\"stats \\\"quoted\\\" \\\\ label\"} 1\n"))
+    #expect(
+      metrics.contains("loopdispatch_queue_depth{queue=\"stats \\\"quoted\\\" \\\\ label\"} 0\n"))
+    #expect(metrics.contains("# TYPE loopdispatch_main_loop_events_total counter\n"))
+    #expect(metrics.contains("# TYPE loopdispatch_service_loop_timers_fired_total counter\n"))
+    #expect(
+      stats.description.contains(
+        "queue \"stats \\\"quoted\\\" \\\\ label\" kind serial queues 1 submitted 1 completed 1 depth 0"
+      ))
+    withExtendedLifetime(queue) {}
+  }
+
+  @Test func serviceLoopCountsTimersAndEvents() throws {
+    let before = RuntimeStats.current.serviceLoop
+    let fired = Latch()
+    Queue.global().after(.milliseconds(1)) { fired.open() }
+    #expect(fired.wait())
+    var fds: [Int32] = [0, 0]
+    #expect(pipe(&fds) == 0)
+    defer { close(fds[1]) }
+    let readable = Latch()
+    let source = try ReadSource(fd: fds[0], queue: Queue(label: "stats.events"))
+    source.setEventHandler { readable.open() }
+    let readEnd = fds[0]
+    source.setCancelHandler { close(readEnd) }
+    source.activate()
+    #expect(write(fds[1], "x", 1) == 1)
+    #expect(readable.wait())
+    source.cancel()
+    let after = RuntimeStats.current.serviceLoop
+    #expect(after.timersFired > before.timersFired)
+    #expect(after.events > before.events)
+    #expect(after.turns > before.turns)
+  }
+}
+
+/// The live figures of the queue labelled `label`, if exactly one is alive.
+private func stats(of label: String) -> QueueStats? {
+  let matches = RuntimeStats.current.queues.filter { $0.label == label }
+  return matches.count == 1 ? matches[0] : nil
+}
+
+/// Polls the queue's figures until `condition` holds (completion is counted just after an
+/// item returns, so a caller that saw the item's effect may still be a moment ahead).
+private func eventually(
+  label: String, seconds: Int64 = 30, _ condition: (QueueStats) -> Bool
+) -> QueueStats? {
+  let deadline = Deadline.now + .seconds(seconds)
+  while Deadline.now < deadline {
+    if let figures = stats(of: label), condition(figures) { return figures }
+    sched_yield()
+  }
+  return nil
+}
