@@ -23,29 +23,27 @@ build: deps
 run: deps
 	$(SWIFT) run $(WERROR) Examples serve
 
-## test: lint, every test, the MainLoop and LoopDispatch suites under AddressSanitizer with
-## LeakSanitizer and under ThreadSanitizer (stress sizes scaled down there; see
-## LOOPDISPATCH_TEST_SCALE), then the docs.
+## test: lint, every test, then every test again under AddressSanitizer with LeakSanitizer and
+## under ThreadSanitizer (sizes scaled down there; see LOOPDISPATCH_TEST_SCALE), then the docs.
 test: lint test-unit test-leaks test-tsan docs
 
 test-unit: deps
 	$(SWIFT) build --build-tests $(WERROR)
 	$(SWIFT) test --skip-build
 
-## test-leaks: MainLoop and LoopDispatch suites and the server tests (the server itself
-## built with the sanitizer) under AddressSanitizer, whose LeakSanitizer fails the run on a
-## leak (stress sizes scaled down).
+## test-leaks: every suite (stress at its small size, the server soak included) under
+## AddressSanitizer; its LeakSanitizer fails the run on a leak. Programs the tests start (the
+## examples, the server, the test host) are built with the sanitizer too.
 test-leaks: deps
 	LOOPDISPATCH_TEST_SCALE=0.1 ASAN_OPTIONS=detect_leaks=1 \
 	  LSAN_OPTIONS=suppressions=$(CURDIR)/.ci/lsan.supp $(SWIFT) test \
-	  --scratch-path .build/asan --sanitize=address $(WERROR) --disable-xctest \
-	  --filter 'MainLoopTests|LoopDispatchTests|ServeTests'
+	  --scratch-path .build/asan --sanitize=address $(WERROR) --disable-xctest
 
-## test-tsan: tests under ThreadSanitizer, failing on any report.
+## test-tsan: every suite (stress at its small size) under ThreadSanitizer, failing on any
+## report.
 test-tsan: deps
 	LOOPDISPATCH_TEST_SCALE=0.05 TSAN_OPTIONS=halt_on_error=1 $(SWIFT) test \
-	  --scratch-path .build/tsan --sanitize=thread $(WERROR) --disable-xctest \
-	  --filter 'MainLoopTests|LoopDispatchTests'
+	  --scratch-path .build/tsan --sanitize=thread $(WERROR) --disable-xctest
 
 ## bench: the Benchmarks package in release mode; prints a table of ratios.
 bench: deps
