@@ -57,12 +57,16 @@ final class ThreadName {
   }
 
   /// After a nested drain (a child queue's items run inside its parent's drain), shows the
-  /// enclosing queue's label again: the parent goes on running its own items.
+  /// enclosing queue's label again: the parent goes on running its own items. After a
+  /// top-level drain (the enclosing frame is a global queue's) the label stays until the
+  /// worker runs a global queue's own item or parks (`PoolJob.run`, `Worker.park`): a
+  /// worker going from one drain of a queue to the next renames at most once.
   @inline(__always)
   static func showEnclosingQueue() {
     guard let frame = ThreadFrame.current, forCurrentThread != nil else { return }
     let queue = frame.pointee.queue
-    if case .root = queue.kind { showOwnName() } else { show(queue.label) }
+    if case .root = queue.kind { return }
+    show(queue.label)
   }
 
   /// The label shown by the calling worker, or nil (own name, or not a worker).

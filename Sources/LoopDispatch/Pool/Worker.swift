@@ -29,6 +29,8 @@ final class Worker: @unchecked Sendable {
   }
 
   func main() {
+    ThreadName.installForWorker(ownName: "ld.worker.\(id)")
+    defer { ThreadName.removeForWorker() }
     tid.store(Syscall.currentThreadID, ordering: .relaxed)
     pool.supervisor.register(self)
     defer { pool.supervisor.unregister(self) }
@@ -75,6 +77,7 @@ final class Worker: @unchecked Sendable {
 
   /// Parks until woken. Returns false if this extra worker retired instead.
   private func park() -> Bool {
+    ThreadName.showOwnName()  // An idle worker does not show the last queue it drained.
     let mustPark = pool.state.withLock { state -> Bool in
       for lane in state.lanes where !lane.isEmpty { return false }
       parkWord.atomic.pointee.store(1, ordering: .relaxed)
