@@ -44,11 +44,17 @@ import Testing
     #expect(stats.body.contains("pool_threads "))
     #expect(stats.body.contains("connections 1"))
     #expect(stats.body.contains("sources "))
+    // This connection's queue ran the /hash request and is running this one.
+    #expect(stats.body.contains("queue \"serve.conn\" kind serial queues 1 submitted "))
+    #expect(stats.body.contains("main_loop_events "))
     client.send("GET /metrics HTTP/1.1\r\n\r\n")
     let metrics = try #require(client.readResponse())
     #expect(metrics.headers["content-type"]?.hasPrefix("text/plain; version=0.0.4") == true)
     #expect(metrics.body.contains("# TYPE loopdispatch_pool_threads gauge\n"))
     #expect(metrics.body.contains("\nloopdispatch_pool_jobs_started_total "))
+    #expect(metrics.body.contains("# TYPE loopdispatch_queue_max_wait_seconds gauge\n"))
+    #expect(metrics.body.contains("\nloopdispatch_queue_submitted_total{queue=\"serve.conn\"} "))
+    #expect(metrics.body.contains("\nloopdispatch_queue_depth{queue=\"loopdispatch.main\"} "))
     server.send(SIGINT)
     #expect(server.waitForExit() == 0)
   }

@@ -36,7 +36,9 @@ final class Connection: @unchecked Sendable {
     self.id = id
     self.fd = fd
     self.server = server
-    queue = Queue(label: "conn.\(id)")
+    // One label for every connection: /metrics folds queues by label, so a label per
+    // connection would make one time series per connection.
+    queue = Queue(label: "serve.conn")
     readSource = try ReadSource(fd: fd, queue: queue, label: "conn.\(id).read")
     writeSource = try WriteSource(fd: fd, queue: queue, label: "conn.\(id).write")
   }
