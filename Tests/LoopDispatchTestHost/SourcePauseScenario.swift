@@ -59,4 +59,14 @@ func mainStallScenario() {
     fail("main queue did not finish")
   }
   Queue.setMainStallThreshold(nil)
+  let stats = RuntimeStats.current
+  if stats.mainStalls != 1 { fail("\(stats.mainStalls) stalls counted, expected 1") }
+  // The last item was submitted before the stall began, so it waited at least 120 ms.
+  guard let main = stats.queues.first(where: { $0.kind == .main }) else {
+    fail("the main queue is missing from the snapshot")
+  }
+  if main.maxWait < .milliseconds(120) { fail("main queue max wait \(main.maxWait)") }
+  if main.submitted < 102 || main.depth != 0 {
+    fail("main queue submitted \(main.submitted), depth \(main.depth)")
+  }
 }

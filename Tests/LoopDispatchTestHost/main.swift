@@ -21,6 +21,7 @@ let scenarios: [String: () -> Void] = [
   "source-main-ping-pong": sourceMainPingPong,
   "source-main-data-and-timers": sourceMainDataAndTimers,
   "source-main-signal": sourceMainSignal,
+  "thread-failure": threadFailureScenario,
 ]
 
 guard CommandLine.arguments.count == 2, let scenario = scenarios[CommandLine.arguments[1]] else {

@@ -16,21 +16,28 @@ import Synchronization
 ///    own lock, is not grown.
 /// 3. When the lanes are empty it goes back to sleeping without a timeout, so an idle
 ///    process has no periodic wake-ups from the pool.
+/// 4. If the system refuses the new worker's thread, the pool carries on with the workers it
+///    has (`WorkerPool.spawnWorker` warns once) and the supervisor starts no worker for
+///    `retryDelay`, so a refusing system is asked once a second, not every tick.
 final class PoolSupervisor: @unchecked Sendable {
   // @unchecked Sendable: `workers` is protected by its mutex; `word` is atomic.
 
   /// How often a stalled pool is checked.
   let tick: Duration = .milliseconds(5)
+  /// How long after a refused worker start the supervisor waits before trying again.
+  let retryDelay: Duration = .seconds(1)
   /// 0 awake, 1 asleep without a timeout (waiting for `noteWorkWaiting`).
   private let word = FutexWord(0)
   /// Protected by: its lock.
   private let workers = LockedValue<[Worker]>([])
 
+  /// Starts the supervisor thread; traps if the system refuses it (a pool that cannot grow
+  /// could deadlock on the first blocking job, so there is no degraded mode without it).
   func start(pool: WorkerPool) {
-    let started = NativeThread.spawnDetached(name: "ld.supervisor") { [self] in run(pool) }
-    if !started {
-      writeStandardError(
-        "LoopDispatch: could not start the pool supervisor; the pool will not grow\n")
+    do {
+      try NativeThread.spawnDetached(name: "ld.supervisor") { [self] in run(pool) }
+    } catch {
+      resourceFailure("could not start the pool supervisor thread ld.supervisor (\(error))")
     }
   }
 
@@ -53,6 +60,8 @@ final class PoolSupervisor: @unchecked Sendable {
   private func run(_ pool: WorkerPool) {
     var lastStarted = pool.jobsStarted.load(ordering: .relaxed)
     let tickNanoseconds = UInt64(tick.saturatingNanoseconds)
+    // No worker start before this instant (monotonic): set after a refused start.
+    var retryAt = Deadline(uptimeNanoseconds: 0)
     while true {
       if pool.pendingJobs.load(ordering: .sequentiallyConsistent) == 0 {
         // Sleep until a submission finds every worker busy.
@@ -72,8 +81,8 @@ final class PoolSupervisor: @unchecked Sendable {
       guard started == lastStarted, pool.pendingJobs.load(ordering: .relaxed) > 0,
         pool.searching.load(ordering: .relaxed) == 0, pool.parkedCount == 0
       else { continue }
-      if everyWorkerIsBlocked(pool) {
-        pool.spawnWorker(isExtra: true)
+      if Deadline.now >= retryAt && everyWorkerIsBlocked(pool) {
+        if case .refused = pool.spawnWorker(isExtra: true) { retryAt = .now + retryDelay }
       }
     }
   }

@@ -15,6 +15,11 @@ import Synchronization
 ///    either sees it idle or is seen by its final check: no lost wake-ups.
 /// 3. The supervisor (`PoolSupervisor.swift`) adds a worker when work waits and every worker
 ///    is blocked, up to `maximumThreads`; extra workers retire after `idleRetirement`.
+/// 4. When the system refuses a thread (`pthread_create` fails), the pool carries on with the
+///    workers it has: `spawnWorker` gives the reserved slot back, warns once per episode (an
+///    episode ends at the next successful start), and the supervisor waits
+///    `PoolSupervisor.retryDelay` before trying again. Only a pool that cannot start a single
+///    worker traps (`resourceFailure`).
 final class WorkerPool: @unchecked Sendable {
   // @unchecked Sendable: mutable state is in `state` (behind its lock) or atomic.
 
@@ -38,8 +43,13 @@ final class WorkerPool: @unchecked Sendable {
     var lanes = (0..<Priority.allCases.count).map { _ in RingBuffer<PoolJob>(capacity: 256) }
     /// Parked workers, most recently parked last (its cache is warmest).
     var idle: [Worker] = []
+    /// Workers counted in the pool: alive, or reserved by `spawnWorker` while it starts one
+    /// (a refused start gives its slot back).
     var threads = 0
     var nextWorkerID = 0
+    /// True from a refused worker start until the next successful one: the warning for the
+    /// episode has been written, so later refusals in it are silent.
+    var spawnRefused = false
   }
 
   /// Protected by: its own lock.
@@ -53,6 +63,8 @@ final class WorkerPool: @unchecked Sendable {
   let jobsStarted = Atomic<UInt64>(0)
   /// Atomic. Workers created after start because the others were blocked.
   let growthEvents = Atomic<UInt64>(0)
+  /// Atomic. Worker starts the system refused (`pthread_create` failed) since launch.
+  let refusedSpawns = Atomic<UInt64>(0)
   let supervisor = PoolSupervisor()
 
   private init() {
@@ -60,7 +72,14 @@ final class WorkerPool: @unchecked Sendable {
     let maximum = environmentInteger("LOOPDISPATCH_MAX_THREADS") ?? 64
     maximumThreads = Swift.max(maximum, baseThreads)
     idleRetirement = .milliseconds(environmentInteger("LOOPDISPATCH_IDLE_RETIREMENT_MS") ?? 5_000)
-    for _ in 0..<baseThreads { _ = spawnWorker(isExtra: false) }
+    var refusal: ThreadSpawnError?
+    for _ in 0..<baseThreads {
+      if case .refused(let error) = spawnWorker(isExtra: false, warn: false) { refusal = error }
+    }
+    if let refusal {
+      if threadCount == 0 { resourceFailure("could not start any pool worker thread (\(refusal))") }
+      warnRefused(refusal)
+    }
     supervisor.start(pool: self)
   }
 
@@ -96,33 +115,70 @@ final class WorkerPool: @unchecked Sendable {
     }
   }
 
-  /// Starts a worker thread; returns false (after a one-line warning) if the system refuses.
-  @discardableResult
-  func spawnWorker(isExtra: Bool) -> Bool {
+  /// What became of a request for one more worker.
+  enum SpawnOutcome {
+    case started
+    /// The pool is at `maximumThreads`; nothing was tried.
+    case atCapacity
+    /// The system refused the thread; the pool is as it was before the call.
+    case refused(ThreadSpawnError)
+  }
+
+  /// Starts a worker thread. If the system refuses, gives the reserved slot back and, when
+  /// `warn` is true, writes the episode's one warning line (see `warnRefused`).
+  /// Called by the pool's initialiser and by the supervisor thread only.
+  func spawnWorker(isExtra: Bool, warn: Bool = true) -> SpawnOutcome {
+    // Reserve the slot first so that concurrent counts never exceed `maximumThreads`.
     let id: Int? = state.withLock { state in
       guard state.threads < maximumThreads else { return nil }
       state.threads += 1
       state.nextWorkerID += 1
       return state.nextWorkerID
     }
-    guard let id else { return false }
+    guard let id else { return .atCapacity }
     let worker = Worker(pool: self, id: id, isExtra: isExtra)
-    if !NativeThread.spawnDetached(name: "ld.worker.\(id)", { worker.main() }) {
-      let code = errno
+    do {
+      try NativeThread.spawnDetached(name: "ld.worker.\(id)") { worker.main() }
+    } catch {
+      // The worker never ran: it is on no list (idle stack, supervisor) and never searched,
+      // so giving back its slot restores the pool exactly.
       state.withLock { $0.threads -= 1 }
-      writeStandardError(
-        "LoopDispatch: could not start worker thread (errno \(code)); work continues on the existing \(threadCount) workers\n"
-      )
-      return false
+      refusedSpawns.wrappingAdd(1, ordering: .relaxed)
+      if warn { warnRefused(error) }
+      return .refused(error)
     }
+    state.withLock { $0.spawnRefused = false }
     if isExtra { growthEvents.wrappingAdd(1, ordering: .relaxed) }
-    return true
+    return .started
+  }
+
+  /// Writes one warning line for a refused worker start, unless this episode of refusals
+  /// already had one.
+  private func warnRefused(_ error: ThreadSpawnError) {
+    let remaining: Int? = state.withLock { state in
+      if state.spawnRefused { return nil }
+      state.spawnRefused = true
+      return state.threads
+    }
+    guard let remaining else { return }
+    let noun = remaining == 1 ? "worker" : "workers"
+    writeStandardError(
+      "LoopDispatch: warning: could not start a worker thread (\(error)); "
+        + "continuing with \(remaining) \(noun)\n")
   }
 
   /// Worker threads alive now.
   var threadCount: Int { state.withLock { $0.threads } }
   /// Workers parked now.
   var parkedCount: Int { state.withLock { $0.idle.count } }
+}
+
+/// Pool figures for the package's own fault tests (not public API).
+package enum PoolDiagnostics {
+  /// Worker starts the system refused since launch. Starts the pool on first use.
+  package static var refusedWorkerStarts: UInt64 {
+    WorkerPool.shared.refusedSpawns.load(ordering: .relaxed)
+  }
 }
 
 /// A positive integer from the environment, or nil.

@@ -9,11 +9,14 @@ enum ServiceLoop {
   static let shared: EventLoop = {
     let loop = EventLoop(name: "ld.service")
     let started = OneShotEvent()
-    let spawned = NativeThread.spawnDetached(name: "ld.service") {
-      loop.execute { started.signal() }
-      loop.run()
+    do {
+      try NativeThread.spawnDetached(name: "ld.service") {
+        loop.execute { started.signal() }
+        loop.run()
+      }
+    } catch {
+      resourceFailure("could not start the service loop thread ld.service (\(error))")
     }
-    if !spawned { internalBug("could not start the service loop thread") }
     started.wait()
     return loop
   }()

@@ -17,6 +17,17 @@ package func internalBug(_ message: String) -> Never {
   abort()
 }
 
+/// Reports that the system refused something the runtime cannot work without (the first
+/// pool worker, the supervisor or service-loop thread) and traps.
+///
+/// Neither a misuse nor a bug in this library, so the line starts with
+/// `LOOPDISPATCH CANNOT CONTINUE:`; the message names the failed call and its `errno` text.
+@inline(never)
+package func resourceFailure(_ message: String) -> Never {
+  writeStandardError("LOOPDISPATCH CANNOT CONTINUE: \(message)\n")
+  abort()
+}
+
 /// Writes `text` to standard error in full, retrying short writes and `EINTR`.
 package func writeStandardError(_ text: String) {
   var copy = text

@@ -1,16 +1,33 @@
 import CLoopShims
 import Glibc
 
+/// Why the system refused a new thread: the error number `pthread_create` returned
+/// (`EAGAIN` when it is out of memory for the stack or over a thread limit).
+package struct ThreadSpawnError: Error, CustomStringConvertible {
+  /// The `errno` value `pthread_create` returned.
+  package let code: Int32
+
+  /// `pthread_create: <strerror text>`, for one-line reports.
+  package var description: String {
+    "pthread_create: \(String(cString: strerror(code)))"
+  }
+}
+
 /// Starts a detached-style joinable POSIX thread running `body`, with a readable name.
 ///
 /// Used by the runtime for loop threads and pool workers; no Foundation `Thread` is available.
+/// A refusal by the system is reported to the caller (``ThreadSpawnError``), never trapped
+/// here: only the caller knows whether it can carry on without the thread.
 package struct NativeThread: Sendable {
   /// The pthread handle; joinable until `join()` is called.
   package let handle: pthread_t
 
-  /// Spawns a thread named `name` (truncated to 15 bytes by Linux) that runs `body`.
-  /// Returns `nil` and leaves `errno` set if the system refuses a new thread.
-  package static func spawn(name: String, _ body: @escaping @Sendable () -> Void) -> NativeThread? {
+  /// Starts a thread named `name` (truncated to 15 bytes by Linux) that runs `body`.
+  /// Throws the error `pthread_create` returned if the system refuses a new thread; `body`
+  /// is then released without running.
+  package static func start(
+    name: String, _ body: @escaping @Sendable () -> Void
+  ) throws(ThreadSpawnError) -> NativeThread {
     final class Start {
       let name: String
       let body: @Sendable () -> Void
@@ -19,7 +36,8 @@ package struct NativeThread: Sendable {
         self.body = body
       }
     }
-    // Safe: the retained box is consumed exactly once, by the new thread's entry point.
+    // Safe: the retained box is consumed exactly once, by the new thread's entry point, or
+    // below if the thread was never created.
     let context = Unmanaged.passRetained(Start(name: name, body: body)).toOpaque()
     var handle = pthread_t()
     let rc = pthread_create(
@@ -31,21 +49,32 @@ package struct NativeThread: Sendable {
         return nil
       }, context)
     if rc != 0 {
+      // Safe: no thread was created, so nobody else will consume the box.
       Unmanaged<Start>.fromOpaque(context).release()
-      errno = rc
-      return nil
+      throw ThreadSpawnError(code: rc)
     }
     return NativeThread(handle: handle)
   }
 
-  /// Starts a thread like ``spawn(name:_:)`` that nobody will join: its resources go back to
+  /// Like ``start(name:_:)``, for callers that cannot carry on without the thread (tests,
+  /// demos): returns `nil` and leaves `errno` set if the system refuses a new thread.
+  package static func spawn(name: String, _ body: @escaping @Sendable () -> Void) -> NativeThread? {
+    do {
+      return try start(name: name, body)
+    } catch {
+      errno = error.code
+      return nil
+    }
+  }
+
+  /// Starts a thread like ``start(name:_:)`` that nobody will join: its resources go back to
   /// the system when it exits (runtime threads that retire or live forever).
-  /// Returns false and leaves `errno` set if the system refuses a new thread.
-  @discardableResult
-  package static func spawnDetached(name: String, _ body: @escaping @Sendable () -> Void) -> Bool {
-    guard let thread = spawn(name: name, body) else { return false }
+  /// Throws the error `pthread_create` returned if the system refuses a new thread.
+  package static func spawnDetached(
+    name: String, _ body: @escaping @Sendable () -> Void
+  ) throws(ThreadSpawnError) {
+    let thread = try start(name: name, body)
     _ = pthread_detach(thread.handle)
-    return true
   }
 
   /// Waits for the thread to finish. Call at most once.
