@@ -12,7 +12,8 @@ import Synchronization
 /// - The same of a concurrent queue: any thread finishing or starting one of its items, with
 ///   atomic read-modify-writes for the count and the maximum; the recent average is a
 ///   relaxed load-then-store that may drop a concurrent update (documented as approximate).
-/// - Global queues: the pool's workers (`WorkerPool`), as for concurrent queues.
+/// - Global queues: none of these; their figures live in the pool under its lock
+///   (`LaneStats` in `WorkerPool.swift`).
 ///
 /// Readers (snapshots) load each figure relaxed: each is exact when read, together they are
 /// not a consistent cut (a snapshot may show `completed` one ahead of what `depth` implies).
@@ -60,6 +61,13 @@ extension Queue {
 
   /// This queue's raw figures now.
   var figures: QueueFigures {
+    if case .root(let priority) = kind {
+      let lane = WorkerPool.shared.laneFigures(priority)
+      return QueueFigures(
+        label: label, kind: .global, queues: 1, submitted: lane.submitted,
+        completed: lane.completed, maxWaitTicks: lane.maxWaitTicks,
+        recentWaitTicks: lane.recentWaitTicks)
+    }
     let submitted = submittedItems.load(ordering: .relaxed)
     // Read second, so it can only be ahead of `submitted`, never behind.
     let completed = completedItems.load(ordering: .relaxed)

@@ -34,13 +34,16 @@ final class Worker: @unchecked Sendable {
     tid.store(Syscall.currentThreadID, ordering: .relaxed)
     pool.supervisor.register(self)
     defer { pool.supervisor.unregister(self) }
+    // The priority of the job that just finished, until the pool has counted it.
+    var finished: Priority?
     while true {
-      if let (job, priority) = pool.takeJob() {
+      if let (job, priority) = pool.takeJob(finished: &finished) {
         run(job, from: Queue.global(priority))
+        finished = priority
         continue
       }
       if spinForWork() { continue }
-      if !park() { return }  // Retired.
+      if !park(finished: &finished) { return }  // Retired.
     }
   }
 
@@ -75,10 +78,12 @@ final class Worker: @unchecked Sendable {
     return false
   }
 
-  /// Parks until woken. Returns false if this extra worker retired instead.
-  private func park() -> Bool {
+  /// Parks until woken, first recording the completion of its last job. Returns false if
+  /// this extra worker retired instead.
+  private func park(finished: inout Priority?) -> Bool {
     ThreadName.showOwnName()  // An idle worker does not show the last queue it drained.
     let mustPark = pool.state.withLock { state -> Bool in
+      if let done = finished.take() { state.laneStats[done.rawValue].completed &+= 1 }
       for lane in state.lanes where !lane.isEmpty { return false }
       parkWord.atomic.pointee.store(1, ordering: .relaxed)
       state.idle.append(self)

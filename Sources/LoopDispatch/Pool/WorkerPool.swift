@@ -40,7 +40,9 @@ final class WorkerPool: @unchecked Sendable {
   let maximumSearchers = 1
 
   struct State {
-    var lanes = (0..<Priority.allCases.count).map { _ in RingBuffer<PoolJob>(capacity: 256) }
+    var lanes = (0..<Priority.allCases.count).map { _ in RingBuffer<TimedJob>(capacity: 256) }
+    /// The global queues' figures, one per lane (see `LaneStats`).
+    var laneStats = [LaneStats](repeating: LaneStats(), count: Priority.allCases.count)
     /// Parked workers, most recently parked last (its cache is warmest).
     var idle: [Worker] = []
     /// Workers counted in the pool: alive, or reserved by `spawnWorker` while it starts one
@@ -86,8 +88,10 @@ final class WorkerPool: @unchecked Sendable {
   /// Appends `job` to the lane of `priority` and wakes a worker if none is looking for work.
   /// Thread-safety: any thread.
   func submit(_ job: PoolJob, priority: Priority) {
+    let timed = TimedJob(job: job, enqueuedAt: Ticks.now())
     let toWake: Worker? = state.withLock { state in
-      state.lanes[priority.rawValue].append(job)
+      state.lanes[priority.rawValue].append(timed)
+      state.laneStats[priority.rawValue].submitted &+= 1
       pendingJobs.wrappingAdd(1, ordering: .sequentiallyConsistent)
       if searching.load(ordering: .sequentiallyConsistent) > 0 { return nil }
       return state.idle.popLast()
@@ -99,20 +103,28 @@ final class WorkerPool: @unchecked Sendable {
     }
   }
 
-  /// Takes the first job of the highest non-empty lane, with that lane's priority.
-  /// Any worker thread.
+  /// Takes the first job of the highest non-empty lane, with that lane's priority, and
+  /// records its wait. Records the completion of the caller's previous job (`finished`, set
+  /// to nil once recorded) whenever it takes the lock. Any worker thread.
   @inline(__always)
-  func takeJob() -> (PoolJob, Priority)? {
+  func takeJob(finished: inout Priority?) -> (PoolJob, Priority)? {
     if pendingJobs.load(ordering: .relaxed) == 0 { return nil }
     return state.withLock { state in
+      if let done = finished.take() { state.laneStats[done.rawValue].completed &+= 1 }
       for lane in 0..<state.lanes.count {
-        if let job = state.lanes[lane].popFirst() {
+        if let timed = state.lanes[lane].popFirst() {
           pendingJobs.wrappingSubtract(1, ordering: .relaxed)
-          return (job, Priority(rawValue: lane)!)
+          state.laneStats[lane].recordStart(enqueuedAt: timed.enqueuedAt)
+          return (timed.job, Priority(rawValue: lane)!)
         }
       }
       return nil
     }
+  }
+
+  /// The figures of the global queue of `priority` (for `Queue.figures`).
+  func laneFigures(_ priority: Priority) -> LaneStats {
+    state.withLock { $0.laneStats[priority.rawValue] }
   }
 
   /// What became of a request for one more worker.
@@ -187,4 +199,27 @@ private func environmentInteger(_ name: String) -> Int? {
     return nil
   }
   return value
+}
+
+/// A pool job with its submission time (`Ticks`), for the global queues' wait figures.
+struct TimedJob {
+  var job: PoolJob
+  var enqueuedAt: UInt64
+}
+
+/// One global queue's figures, kept under the pool lock (no extra atomic on the hot path):
+/// `submitted` by `submit`, waits by `takeJob`; a worker's completion is recorded the next
+/// time it takes the lock (its next `takeJob` that finds work, or `park`), so it can lag by
+/// the length of one spin.
+struct LaneStats {
+  var submitted: UInt64 = 0
+  var completed: UInt64 = 0
+  var maxWaitTicks: UInt64 = 0
+  var recentWaitTicks: UInt64 = 0
+
+  mutating func recordStart(enqueuedAt: UInt64) {
+    let wait = Ticks.elapsed(from: enqueuedAt, to: Ticks.now())
+    maxWaitTicks = Swift.max(maxWaitTicks, wait)
+    recentWaitTicks = recentWaitTicks - recentWaitTicks / 8 + wait / 8
+  }
 }
