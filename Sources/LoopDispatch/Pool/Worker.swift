@@ -32,7 +32,7 @@ final class Worker: @unchecked Sendable {
     ThreadName.installForWorker(ownName: "ld.worker.\(id)")
     defer { ThreadName.removeForWorker() }
     tid.store(Syscall.currentThreadID, ordering: .relaxed)
-    pool.supervisor.register(self)
+    // Registered with the supervisor by `WorkerPool.spawnWorker`, before this thread ran.
     defer { pool.supervisor.unregister(self) }
     // The priority of the job that just finished, until the pool has counted it.
     var finished: Priority?

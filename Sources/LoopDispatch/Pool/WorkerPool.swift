@@ -149,9 +149,13 @@ final class WorkerPool: @unchecked Sendable {
     }
     guard let id else { return .atCapacity }
     let worker = Worker(pool: self, id: id, isExtra: isExtra)
+    // Known to the supervisor before its thread runs: until then its thread id is 0, which
+    // counts as runnable, so a worker that has not been scheduled yet stops further growth.
+    supervisor.register(worker)
     do {
       try NativeThread.spawnDetached(name: "ld.worker.\(id)") { worker.main() }
     } catch {
+      supervisor.unregister(worker)
       // The worker never ran: it is on no list (idle stack, supervisor) and never searched,
       // so giving back its slot restores the pool exactly.
       state.withLock { $0.threads -= 1 }
