@@ -9,7 +9,8 @@ import Testing
     // Actor methods run on the actor's queue; screen updates on the main queue and thread.
     let stored = lines.filter { $0.contains("library: stored") }
     #expect(stored.count == 4)
-    #expect(stored.allSatisfy { $0.contains("[library @ ld.worker.") })
+    // The worker draining the actor's queue carries the queue's label as its thread name.
+    #expect(stored.allSatisfy { $0.contains("[library @ library]") })
     let screen = lines.filter { $0.contains("screen:") }
     #expect(screen.count == 6)
     #expect(screen.allSatisfy { $0.contains("[loopdispatch.main @ main thread]") })
