@@ -63,8 +63,9 @@ public class Source: @unchecked Sendable {
   /// it. Resuming a source that is not suspended is a client bug and traps.
   public func resume() { core.resume(label: "source \"\(label)\"") }
 
-  /// Stops the source: no event handler starts after this returns; the cancel handler runs
-  /// once, after any running event handler, on the target queue.
+  /// Stops the source: no new event handler call starts after this returns (one whose
+  /// delivery was already past its cancelled check on another thread may still run, as in
+  /// GCD); the cancel handler runs once, after any running event handler, on the target queue.
   public func cancel() { core.cancel() }
 
   /// Whether ``cancel()`` has been called.

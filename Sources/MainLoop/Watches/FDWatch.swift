@@ -76,9 +76,11 @@ public final class FDWatch: Sendable {
 
   /// Stops the watch. Safe from any thread; calling it again only adds a completion.
   ///
-  /// Once this returns, no new handler call starts. `completion` runs on the loop thread after
-  /// the watch is removed from the loop (immediately, before returning, when called on the
-  /// loop thread), when no handler is running: the place to close the descriptor.
+  /// Once this returns, no new handler call starts. Called from another thread, it may race
+  /// with a call the loop thread has just begun (past its cancelled check): that one call may
+  /// still run. `completion` runs on the loop thread after the watch is removed from the loop
+  /// (immediately, before returning, when called on the loop thread), when no handler is
+  /// running and none will: the place to close the descriptor.
   public func cancel(then completion: (@Sendable () -> Void)? = nil) {
     registration.cancel(then: completion)
   }
