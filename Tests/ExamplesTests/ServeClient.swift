@@ -5,10 +5,15 @@ final class ServeClient {
   let fd: Int32
   private var pending: [UInt8] = []
 
-  init?(port: UInt16) {
+  /// Connects to 127.0.0.1:`port`; `receiveBuffer` (SO_RCVBUF, set before connecting so the
+  /// window is negotiated for it) makes a slow reader whose server must wait for room.
+  init?(port: UInt16, receiveBuffer: Int32? = nil) {
     fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     var timeout = timeval(tv_sec: 10, tv_usec: 0)
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+    if var size = receiveBuffer {
+      setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+    }
     var address = sockaddr_in()
     address.sin_family = sa_family_t(AF_INET)
     address.sin_port = port.bigEndian
@@ -77,6 +82,16 @@ final class ServeClient {
     var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
     setsockopt(fd, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
     shutdown(fd, Int32(SHUT_RDWR))
+  }
+
+  /// Whether bytes were received that `readResponse` has not returned yet (a partial answer).
+  var hasUnreadBytes: Bool { !pending.isEmpty }
+
+  /// Makes the close when this client is released a bare TCP reset (SO_LINGER 0, no shutdown
+  /// first), so the server sees ECONNRESET in the middle of a request rather than an end of file.
+  func resetOnRelease() {
+    var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
   }
 
   private func fill() -> Bool {
