@@ -5,7 +5,7 @@ SWIFT ?= swift
 WERROR := -Xswiftc -warnings-as-errors
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build run test test-unit test-leaks test-tsan bench bench-http lint docs clean
+.PHONY: all deps build run test test-unit test-release test-leaks test-tsan bench bench-http lint docs clean
 
 all: build
 
@@ -23,13 +23,21 @@ build: deps
 run: deps
 	$(SWIFT) run $(WERROR) Examples serve
 
-## test: lint, every test, then every test again under AddressSanitizer with LeakSanitizer and
-## under ThreadSanitizer (sizes scaled down there; see LOOPDISPATCH_TEST_SCALE), then the docs.
-test: lint test-unit test-leaks test-tsan docs
+## test: lint, every test (debug, then release), then every test again under AddressSanitizer
+## with LeakSanitizer and under ThreadSanitizer (sizes scaled down there; see
+## LOOPDISPATCH_TEST_SCALE), then the docs.
+test: lint test-unit test-release test-leaks test-tsan docs
 
 test-unit: deps
 	$(SWIFT) build --build-tests $(WERROR)
 	$(SWIFT) test --skip-build
+
+## test-release: every suite against an optimised build (-enable-testing for the suites that
+## use @testable): optimisation splits a module into several object files and inlines across
+## them, which debug builds never do (it once hid per-file copies of a thread-local slot).
+test-release: deps
+	$(SWIFT) build -c release --build-tests -Xswiftc -enable-testing $(WERROR)
+	$(SWIFT) test -c release --skip-build -Xswiftc -enable-testing
 
 ## test-leaks: every suite (stress at its small size, the server soak included) under
 ## AddressSanitizer; its LeakSanitizer fails the run on a leak. Programs the tests start (the

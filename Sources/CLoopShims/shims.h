@@ -53,13 +53,22 @@ static inline pid_t cls_gettid(void) { return (pid_t)syscall(SYS_gettid); }
 
 static inline int cls_is_main_thread(void) { return cls_gettid() == getpid(); }
 
+// Thread-local slots. A `static __thread` inside a `static inline` function has internal
+// linkage: every object file that uses the function gets its own copy of the variable, and
+// optimised Swift builds compile one module into several object files. So each slot must be
+// reached from ONE Swift source file only: Sources/LoopDispatch/Internal/ThreadSlots.swift,
+// whose accessors are `@inline(never)`. Calling these functions anywhere else reads a
+// different, never-written copy.
+
+/// The calling thread's LoopDispatch frame pointer (the innermost queue it is draining).
 static inline void **cls_frame_slot_ptr_(void) {
   static __thread void *slot = 0;
   return &slot;
 }
-static inline void *cls_frame_slot_(void) { return *cls_frame_slot_ptr_(); }
+static inline void *cls_frame_get(void) { return *cls_frame_slot_ptr_(); }
+static inline void cls_frame_set(void *frame) { *cls_frame_slot_ptr_() = frame; }
 
-/// A per-thread slot for the thread-name state of pool workers (nil on other threads).
+/// The calling pool worker's thread-name state (nil on other threads).
 static inline void **cls_name_slot_ptr_(void) {
   static __thread void *slot = 0;
   return &slot;
@@ -68,7 +77,8 @@ static inline void *cls_name_state_get(void) { return *cls_name_slot_ptr_(); }
 static inline void cls_name_state_set(void *state) { *cls_name_slot_ptr_() = state; }
 
 /// Whether the caller is the process main thread, computed once per thread and then read
-/// from a thread-local cache (no system call on the fast path).
+/// from a thread-local cache (no system call on the fast path). Each object file has its own
+/// cache (see above); every copy computes the same answer, so that is harmless here.
 static inline int cls_is_main_thread_cached(void) {
   static __thread int cache = 0;  // 0 unknown, 1 main, 2 other
   if (__builtin_expect(cache == 0, 0)) cache = cls_is_main_thread() ? 1 : 2;
@@ -113,14 +123,6 @@ static inline int cls_futex_wake(uint32_t *addr, int count) {
   long r = syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, count, NULL, NULL, 0);
   return r < 0 ? -errno : (int)r;
 }
-
-/// The calling thread's LoopDispatch frame pointer (the innermost queue it is draining).
-/// One slot per thread. Only LoopDispatch calls these two functions (an inline function's
-/// static thread-local exists once per Swift module that uses it).
-static inline void *cls_frame_get(void) {
-  return cls_frame_slot_();
-}
-static inline void cls_frame_set(void *frame) { *cls_frame_slot_ptr_() = frame; }
 
 /// Bytes readable now on `fd` (FIONREAD), or -1 with errno set.
 static inline int cls_bytes_readable(int fd) {

@@ -18,7 +18,7 @@ struct ThreadFrame {
   /// The calling thread's innermost frame.
   @inline(__always)
   static var current: UnsafeMutablePointer<ThreadFrame>? {
-    cls_frame_get()?.assumingMemoryBound(to: ThreadFrame.self)
+    ThreadSlots.frame()?.assumingMemoryBound(to: ThreadFrame.self)
   }
 
   /// Runs `body` with a frame for `queue` pushed on the calling thread.
@@ -31,8 +31,8 @@ struct ThreadFrame {
     // Safe: the pointer is published only for the duration of `body`, during which `frame`
     // stays alive on this stack; it is unpublished before returning (also on throw).
     return try withUnsafeMutablePointer(to: &frame) { (pointer) throws(E) -> T in
-      cls_frame_set(pointer)
-      defer { cls_frame_set(previous.map { UnsafeMutableRawPointer($0) }) }
+      ThreadSlots.setFrame(pointer)
+      defer { ThreadSlots.setFrame(previous.map { UnsafeMutableRawPointer($0) }) }
       return try body()
     }
   }

@@ -22,20 +22,20 @@ final class ThreadName {
   /// worker; `removeForWorker` undoes it before the thread exits.
   static func installForWorker(ownName: String) {
     // Safe: retained here, released by `removeForWorker` on the same thread.
-    cls_name_state_set(Unmanaged.passRetained(ThreadName(ownName: ownName)).toOpaque())
+    ThreadSlots.setNameState(Unmanaged.passRetained(ThreadName(ownName: ownName)).toOpaque())
   }
 
   /// Releases the calling worker's naming state.
   static func removeForWorker() {
-    guard let raw = cls_name_state_get() else { return }
-    cls_name_state_set(nil)
+    guard let raw = ThreadSlots.nameState() else { return }
+    ThreadSlots.setNameState(nil)
     Unmanaged<ThreadName>.fromOpaque(raw).release()
   }
 
   /// The calling thread's state, if it is a pool worker.
   @inline(__always)
   private static var forCurrentThread: ThreadName? {
-    guard let raw = cls_name_state_get() else { return nil }
+    guard let raw = ThreadSlots.nameState() else { return nil }
     // Safe: installed by this thread and released only by it (see `installForWorker`).
     return Unmanaged<ThreadName>.fromOpaque(raw).takeUnretainedValue()
   }

@@ -1,0 +1,29 @@
+import CLoopShims
+
+/// The only code that touches LoopDispatch's C thread-local slots.
+///
+/// Each slot is a `static __thread` variable inside a `static inline` C function, which every
+/// object file that calls the function gets its own copy of; an optimised build compiles
+/// this module into several object files. Keeping every call in this one file, behind
+/// `@inline(never)` accessors that are never inlined into other files, makes each slot one
+/// variable per thread. (Inlined into `Queue+Serial.swift`, a setter would write a copy that
+/// `Queue.current` never reads: exactly what release builds did before this file existed.)
+///
+/// Thread-safety: each slot belongs to the calling thread.
+enum ThreadSlots {
+  /// The calling thread's innermost `ThreadFrame`, or nil.
+  @inline(never)
+  static func frame() -> UnsafeMutableRawPointer? { cls_frame_get() }
+
+  /// Sets the calling thread's innermost `ThreadFrame`.
+  @inline(never)
+  static func setFrame(_ frame: UnsafeMutableRawPointer?) { cls_frame_set(frame) }
+
+  /// The calling worker's retained `ThreadName`, or nil.
+  @inline(never)
+  static func nameState() -> UnsafeMutableRawPointer? { cls_name_state_get() }
+
+  /// Sets the calling worker's `ThreadName` (retained by the caller).
+  @inline(never)
+  static func setNameState(_ state: UnsafeMutableRawPointer?) { cls_name_state_set(state) }
+}
