@@ -45,7 +45,8 @@ final class ThreadName {
   static func show(_ label: String) {
     guard let state = forCurrentThread, state.shownLabel != label else { return }
     state.shownLabel = label
-    setKernelName(label)
+    // An empty label would leave the thread nameless: show the worker's own name instead.
+    setKernelName(label.isEmpty ? state.ownName : label)
   }
 
   /// Shows the calling worker's own name again (no effect if it already does).

@@ -26,10 +26,9 @@ enum Ticks {
     #endif
   }()
 
-  /// A counter reading and the monotonic time, taken together at first use.
-  static let reference: (ticks: UInt64, nanoseconds: UInt64) = (
-    now(), Deadline.now.uptimeNanoseconds
-  )
+  /// A counter reading and the monotonic time, taken together at first use (the first queue
+  /// creation, through `QueueRegistry`).
+  static let reference: (ticks: UInt64, nanoseconds: UInt64) = pairedReading()
 
   /// The current tick count.
   @inline(__always)
@@ -43,15 +42,37 @@ enum Ticks {
   static func nanosecondsPerTick() -> Double {
     guard usesCycleCounter else { return 1 }
     let start = reference
-    var ticks = cls_cycle_counter()
-    var nanoseconds = Deadline.now.uptimeNanoseconds
-    while nanoseconds < start.nanoseconds + 1_000_000 {
+    var end = pairedReading()
+    while end.nanoseconds < start.nanoseconds + 1_000_000 {
       cls_cpu_relax()
-      ticks = cls_cycle_counter()
-      nanoseconds = Deadline.now.uptimeNanoseconds
+      end = pairedReading()
     }
-    guard ticks > start.ticks else { return 1 }
-    return Double(nanoseconds - start.nanoseconds) / Double(ticks - start.ticks)
+    guard end.ticks > start.ticks else { return 1 }
+    return Double(end.nanoseconds - start.nanoseconds) / Double(end.ticks - start.ticks)
+  }
+
+  /// A counter reading and the monotonic time at the same instant: the clock read is
+  /// bracketed by two counter reads, and of five tries the narrowest bracket wins (a thread
+  /// preempted between reads would otherwise skew the rate), its midpoint paired with the
+  /// clock.
+  private static func pairedReading() -> (ticks: UInt64, nanoseconds: UInt64) {
+    guard usesCycleCounter else {
+      let now = Deadline.now.uptimeNanoseconds
+      return (now, now)
+    }
+    var best = (ticks: UInt64(0), nanoseconds: UInt64(0))
+    var narrowest = UInt64.max
+    for _ in 0..<5 {
+      let before = cls_cycle_counter()
+      let nanoseconds = Deadline.now.uptimeNanoseconds
+      let after = cls_cycle_counter()
+      let width = after &- before
+      if width < narrowest {
+        narrowest = width
+        best = (before &+ width / 2, nanoseconds)
+      }
+    }
+    return best
   }
 
   /// Ticks elapsed from `earlier` to `later`, 0 if the counter went backwards (it cannot for

@@ -16,7 +16,8 @@ import Synchronization
 ///   (`LaneStats` in `WorkerPool.swift`).
 ///
 /// Readers (snapshots) load each figure relaxed: each is exact when read, together they are
-/// not a consistent cut (a snapshot may show `completed` one ahead of what `depth` implies).
+/// not a consistent cut. `completed` is read before `submitted`, so `depth` (their
+/// difference) can only overstate, by items submitted while the snapshot was taken.
 extension Queue {
   /// Counts one submission.
   @inline(__always)
@@ -68,9 +69,8 @@ extension Queue {
         completed: lane.completed, maxWaitTicks: lane.maxWaitTicks,
         recentWaitTicks: lane.recentWaitTicks)
     }
-    let submitted = submittedItems.load(ordering: .relaxed)
-    // Read second, so it can only be ahead of `submitted`, never behind.
     let completed = completedItems.load(ordering: .relaxed)
+    let submitted = submittedItems.load(ordering: .relaxed)
     return QueueFigures(
       label: label, kind: statsKind, queues: 1, submitted: submitted, completed: completed,
       maxWaitTicks: maxWaitTicks.load(ordering: .relaxed),

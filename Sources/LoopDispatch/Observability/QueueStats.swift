@@ -1,8 +1,9 @@
 /// One queue's figures (or one label's, when several queues are folded together).
 ///
 /// Counted for every queue in every build: an item is anything the queue runs (an `async`
-/// closure, a `sync` call, a child queue's drain). Wait times run from submission to the
-/// moment the item starts.
+/// closure, a `sync` call, a child queue's drain), except a `sync` onto a global queue, which
+/// runs inline on the caller's thread and is not counted. Wait times run from submission to
+/// the moment the item starts.
 public struct QueueStats: Sendable, Equatable {
   /// What kind of queue the figures describe.
   public enum Kind: String, Sendable {

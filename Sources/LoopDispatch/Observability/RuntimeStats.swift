@@ -62,7 +62,9 @@ public struct RuntimeStats: Sendable, CustomStringConvertible {
   /// Every live queue (global queues, the main queue and custom queues), one entry each.
   public var queues: [QueueStats]
   /// Released custom queues' totals, one entry per label (`queues` is 0 in them). Labels
-  /// past the first 256 fold into one entry labelled `(other labels)`.
+  /// past the first 256 fold into one entry labelled `(other labels)`: a label first
+  /// released after that point loses its totals to that entry, so its per-label counters
+  /// in ``queuesByLabel`` restart from its live queues' figures.
   public var releasedQueues: [QueueStats]
 
   /// Timers pending on the main loop and on the service loop.
@@ -70,7 +72,8 @@ public struct RuntimeStats: Sendable, CustomStringConvertible {
   /// fd and signal watches registered on the main loop and on the service loop.
   public var registeredWatches: Int { mainLoop.registeredWatches + serviceLoop.registeredWatches }
 
-  /// Live and released queues folded by label: counters per label that never decrease.
+  /// Live and released queues folded by label: counters per label that never decrease
+  /// (for the first 256 labels released; see ``releasedQueues``).
   public var queuesByLabel: [QueueStats] { QueueStats.byLabel(queues + releasedQueues) }
 
   /// Reads the counters now.
@@ -196,19 +199,22 @@ private func microseconds(_ duration: Duration) -> Int64 {
   duration.saturatingNanoseconds / 1000
 }
 
-/// A label as a Prometheus label value (and a quoted /stats field): `\`, `"` and newlines
-/// escaped.
+/// A label as a Prometheus label value (and a quoted /stats field): `\`, `"` and line feeds
+/// escaped, carriage returns too (as `\r`, so no raw line break can end a line early).
+/// Works on Unicode scalars: a `Character` would hide a `"` or `\` followed by a combining
+/// mark, and `"\r\n"` is one `Character`.
 private func escapedLabel(_ label: String) -> String {
-  var escaped = ""
-  for character in label {
-    switch character {
-    case "\\": escaped += "\\\\"
-    case "\"": escaped += "\\\""
-    case "\n": escaped += "\\n"
-    default: escaped.append(character)
+  var escaped = String.UnicodeScalarView()
+  for scalar in label.unicodeScalars {
+    switch scalar {
+    case "\\": escaped.append(contentsOf: "\\\\".unicodeScalars)
+    case "\"": escaped.append(contentsOf: "\\\"".unicodeScalars)
+    case "\n": escaped.append(contentsOf: "\\n".unicodeScalars)
+    case "\r": escaped.append(contentsOf: "\\r".unicodeScalars)
+    default: escaped.append(scalar)
     }
   }
-  return escaped
+  return String(escaped)
 }
 
 extension String {

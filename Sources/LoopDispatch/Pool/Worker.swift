@@ -81,7 +81,6 @@ final class Worker: @unchecked Sendable {
   /// Parks until woken, first recording the completion of its last job. Returns false if
   /// this extra worker retired instead.
   private func park(finished: inout Priority?) -> Bool {
-    ThreadName.showOwnName()  // An idle worker does not show the last queue it drained.
     let mustPark = pool.state.withLock { state -> Bool in
       if let done = finished.take() { state.laneStats[done.rawValue].completed &+= 1 }
       for lane in state.lanes where !lane.isEmpty { return false }
@@ -90,6 +89,9 @@ final class Worker: @unchecked Sendable {
       return true
     }
     if !mustPark { return true }
+    // Only now, once it will really sleep: an idle worker does not show the last queue it
+    // drained. (A waker may already be unparking it; the rename is harmless then.)
+    ThreadName.showOwnName()
     let timeout = isExtra ? UInt64(pool.idleRetirement.saturatingNanoseconds) : nil
     while parkWord.atomic.pointee.load(ordering: .acquiring) == 1 {
       parkWord.wait(whileEqualTo: 1, timeoutNanoseconds: timeout)

@@ -109,12 +109,15 @@ final class WorkerPool: @unchecked Sendable {
   @inline(__always)
   func takeJob(finished: inout Priority?) -> (PoolJob, Priority)? {
     if pendingJobs.load(ordering: .relaxed) == 0 { return nil }
+    // Read outside the lock (a clock read where the cycle counter is not used); the lock
+    // wait is then not counted as queue wait, a bias of one lock hand-off at most.
+    let now = Ticks.now()
     return state.withLock { state in
       if let done = finished.take() { state.laneStats[done.rawValue].completed &+= 1 }
       for lane in 0..<state.lanes.count {
         if let timed = state.lanes[lane].popFirst() {
           pendingJobs.wrappingSubtract(1, ordering: .relaxed)
-          state.laneStats[lane].recordStart(enqueuedAt: timed.enqueuedAt)
+          state.laneStats[lane].recordStart(enqueuedAt: timed.enqueuedAt, now: now)
           return (timed.job, Priority(rawValue: lane)!)
         }
       }
@@ -149,8 +152,9 @@ final class WorkerPool: @unchecked Sendable {
     }
     guard let id else { return .atCapacity }
     let worker = Worker(pool: self, id: id, isExtra: isExtra)
-    // Known to the supervisor before its thread runs: until then its thread id is 0, which
-    // counts as runnable, so a worker that has not been scheduled yet stops further growth.
+    // Known to the supervisor before its thread runs: until it has taken a job it is not
+    // `busy`, so `everyWorkerIsBlocked` is false and a worker the kernel has not scheduled
+    // yet stops further growth.
     supervisor.register(worker)
     do {
       try NativeThread.spawnDetached(name: "ld.worker.\(id)") { worker.main() }
@@ -221,8 +225,8 @@ struct LaneStats {
   var maxWaitTicks: UInt64 = 0
   var recentWaitTicks: UInt64 = 0
 
-  mutating func recordStart(enqueuedAt: UInt64) {
-    let wait = Ticks.elapsed(from: enqueuedAt, to: Ticks.now())
+  mutating func recordStart(enqueuedAt: UInt64, now: UInt64) {
+    let wait = Ticks.elapsed(from: enqueuedAt, to: now)
     maxWaitTicks = Swift.max(maxWaitTicks, wait)
     recentWaitTicks = recentWaitTicks - recentWaitTicks / 8 + wait / 8
   }
