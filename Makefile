@@ -39,11 +39,11 @@ test-release: deps
 	$(SWIFT) build -c release --build-tests -Xswiftc -enable-testing $(WERROR)
 	$(SWIFT) test -c release --skip-build -Xswiftc -enable-testing
 
-## test-leaks: every suite (stress at its small size, the server soak included) under
-## AddressSanitizer; its LeakSanitizer fails the run on a leak. Programs the tests start (the
+## test-leaks: every suite (stress at its small size, the server soak at its full ~20k
+## requests) under AddressSanitizer; its LeakSanitizer fails the run on a leak. Programs the tests start (the
 ## examples, the server, the test host) are built with the sanitizer too.
 test-leaks: deps
-	LOOPDISPATCH_TEST_SCALE=0.1 ASAN_OPTIONS=detect_leaks=1 \
+	LOOPDISPATCH_TEST_SCALE=0.1 LOOPDISPATCH_SOAK_SCALE=1 ASAN_OPTIONS=detect_leaks=1 \
 	  LSAN_OPTIONS=suppressions=$(CURDIR)/.ci/lsan.supp $(SWIFT) test \
 	  --scratch-path .build/asan --sanitize=address $(WERROR) --disable-xctest
 
