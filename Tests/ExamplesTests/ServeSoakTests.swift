@@ -648,17 +648,7 @@ private func openDescriptors(of pid: pid_t) -> Int {
 
 /// VmRSS from /proc/<pid>/status, in kB.
 private func residentKilobytes(of pid: pid_t) -> Int {
-  let fd = open("/proc/\(pid)/status", O_RDONLY)
-  guard fd >= 0 else { return -1 }
-  defer { close(fd) }
-  var bytes = [UInt8](repeating: 0, count: 8192)
-  let n = read(fd, &bytes, bytes.count)
-  guard n > 0 else { return -1 }
-  for line in String(decoding: bytes[..<n], as: UTF8.self).split(separator: "\n")
-  where line.hasPrefix("VmRSS:") {
-    return Int(line.split(separator: " ")[1]) ?? -1
-  }
-  return -1
+  processStatusKilobytes(of: pid, field: "VmRSS")
 }
 
 /// Whether this process (and so the server, built by the same command) has AddressSanitizer.
@@ -802,27 +792,6 @@ private func spawnServer(_ arguments: [String], stdout: Int32, stderr: Int32) ->
 }
 
 // MARK: - Small helpers
-
-/// A closure handed to a new pthread.
-private final class ThreadBody {
-  let run: @Sendable () -> Void
-  init(_ run: @escaping @Sendable () -> Void) { self.run = run }
-}
-
-/// Starts a plain pthread running `body`; join it with `pthread_join`.
-private func startThread(_ body: @escaping @Sendable () -> Void) -> pthread_t {
-  // Unsafe pointer: the retained box is taken back, exactly once, by the new thread.
-  let box = Unmanaged.passRetained(ThreadBody(body)).toOpaque()
-  var thread = pthread_t()
-  let rc = pthread_create(
-    &thread, nil,
-    { raw in
-      Unmanaged<ThreadBody>.fromOpaque(raw!).takeRetainedValue().run()
-      return nil
-    }, box)
-  precondition(rc == 0, "pthread_create failed: \(rc)")
-  return thread
-}
 
 private func monotonicNanoseconds() -> UInt64 {
   var now = timespec()

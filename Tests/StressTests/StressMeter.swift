@@ -1,6 +1,7 @@
 import Glibc
 import LoopDispatch
 import Synchronization
+import TestSupport
 
 /// Measures one stress run: wall time, peak resident memory (VmHWM, reset at the start where
 /// the kernel allows it) and the peak number of threads, sampled on a thread of its own.

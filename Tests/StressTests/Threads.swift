@@ -1,27 +1,6 @@
 import Glibc
 import TestSupport
 
-/// A closure handed to a new pthread.
-private final class ThreadBody {
-  let run: @Sendable () -> Void
-  init(_ run: @escaping @Sendable () -> Void) { self.run = run }
-}
-
-/// Starts a plain pthread running `body`; join it with `pthread_join`.
-func startThread(_ body: @escaping @Sendable () -> Void) -> pthread_t {
-  // Unsafe pointer: the retained box is taken back, exactly once, by the new thread.
-  let box = Unmanaged.passRetained(ThreadBody(body)).toOpaque()
-  var thread = pthread_t()
-  let rc = pthread_create(
-    &thread, nil,
-    { raw in
-      Unmanaged<ThreadBody>.fromOpaque(raw!).takeRetainedValue().run()
-      return nil
-    }, box)
-  precondition(rc == 0, "pthread_create failed: \(rc)")
-  return thread
-}
-
 /// Runs `body(index)` on `count` plain pthreads, released together once all have started,
 /// and returns when all have finished.
 func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {

@@ -27,6 +27,8 @@ final class Connection: @unchecked Sendable {
   private var draining = false
   private var closed = false
   private var writeSourceState = WriteSourceState.inactive
+  /// True while the read source is suspended because the client is not reading its answers.
+  private var readPaused = false
   private var idleTimer: DelayedWork?
   private var sourcesLeft = 2
 
@@ -55,6 +57,15 @@ final class Connection: @unchecked Sendable {
     }
   }
 
+  /// Answers not yet sent (bytes) above which the connection stops reading and parsing new
+  /// requests until the client has taken them: a client that pipelines requests without
+  /// reading cannot make the server buffer without bound.
+  static let maximumBufferedOutput = 256 * 1024
+
+  private var outputBacklogged: Bool {
+    output.count - outputOffset >= Self.maximumBufferedOutput
+  }
+
   /// Finishes what is in flight, then closes. Connection queue.
   func drain() {
     draining = true
@@ -64,6 +75,15 @@ final class Connection: @unchecked Sendable {
   // MARK: Reading and requests
 
   private func readable() {
+    if outputBacklogged || input.count > 4 * HTTPParser.maximumHeadBytes {
+      // Backpressure: stop reading until `flush` has sent the answers (level-triggered, so a
+      // source left running would fire again at once).
+      if !readPaused {
+        readPaused = true
+        readSource.suspend()
+      }
+      return
+    }
     var buffer = [UInt8](repeating: 0, count: 16 * 1024)
     while !closed {
       let n = read(fd, &buffer, buffer.count)
@@ -82,7 +102,7 @@ final class Connection: @unchecked Sendable {
   }
 
   private func processInput() {
-    while !closed && !requestInFlight && !closeWhenFlushed {
+    while !closed && !requestInFlight && !closeWhenFlushed && !outputBacklogged {
       switch HTTPParser.parse(input) {
       case .incomplete:
         return
@@ -191,7 +211,19 @@ final class Connection: @unchecked Sendable {
     output.removeAll(keepingCapacity: true)
     outputOffset = 0
     setWriteSource(active: false)
-    if closeWhenFlushed || (draining && !requestInFlight) { close() }
+    if closeWhenFlushed || (draining && !requestInFlight) { return close() }
+    if readPaused {
+      // The client took its answers: answer what is buffered, then read again. The flag is
+      // cleared first so the flushes inside `processInput` do not come back here.
+      readPaused = false
+      processInput()
+      if closed { return }
+      if outputBacklogged || input.count > 4 * HTTPParser.maximumHeadBytes {
+        readPaused = true  // Still suspended; the next full flush tries again.
+      } else {
+        readSource.resume()
+      }
+    }
   }
 
   private func setWriteSource(active: Bool) {
@@ -221,8 +253,18 @@ final class Connection: @unchecked Sendable {
 
   private func idleExpired() {
     if closed { return }
-    if requestInFlight { return resetIdleTimer() }
+    // Busy, not idle: a request is being answered, answers are waiting for the client, or
+    // the next request has arrived and its read event has not run yet.
+    if requestInFlight || readPaused || outputOffset < output.count || hasUnreadInput() {
+      return resetIdleTimer()
+    }
     close()
+  }
+
+  /// Whether the socket holds bytes not read yet (a peek that never blocks).
+  private func hasUnreadInput() -> Bool {
+    var byte: UInt8 = 0
+    return recv(fd, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT)) > 0
   }
 
   private func close() {

@@ -1,0 +1,79 @@
+import Glibc
+import TestSupport
+import Testing
+
+/// A client that pipelines requests without reading its answers must not make the server
+/// buffer without bound: the connection stops reading once 256 KiB of answers wait, and
+/// resumes when the client takes them.
+@Suite struct ServeBackpressureTests {
+  @Test func aClientThatPipelinesWithoutReadingIsHeldBack() throws {
+    let server = BackgroundProgram("Examples", ["serve", "--port", "0"])
+    let line = try #require(server.readLine(containing: "listening on http://127.0.0.1:"))
+    let port = try #require(
+      line.split(separator: ":").last?.split(separator: "/").first.flatMap { UInt16($0) })
+    // A small receive buffer: the client's kernel takes little of the answers.
+    let client = try #require(ServeClient(port: port, receiveBuffer: 4096))
+    let peakBefore = processStatusKilobytes(of: server.pid, field: "VmHWM")
+
+    // 6,000 requests of 2 KiB each: 12 MiB, more than the kernel's socket buffers hold, so
+    // the sender only finishes if the server reads them all. Each answer (/metrics) is a few
+    // KiB: without backpressure the server would hold tens of MiB of answers.
+    let count = 6_000
+    let request = "GET /metrics HTTP/1.1\r\nX-Pad: \(String(repeating: "x", count: 2_000))\r\n\r\n"
+    let sent = Counter()
+    let fd = client.fd  // The sender writes; this thread reads through `client`.
+    let sender = startThread {
+      let bytes = Array(request.utf8)
+      for _ in 0..<count {
+        var offset = 0
+        while offset < bytes.count {
+          let n = bytes.withUnsafeBytes {
+            send(fd, $0.baseAddress! + offset, $0.count - offset, Int32(MSG_NOSIGNAL))
+          }
+          if n <= 0 { return }
+          offset += n
+        }
+        sent.increment()
+      }
+    }
+    // Nobody reads the answers until the sender has sent everything or has made no progress
+    // for 200 ms (held back by the server). The pause only decides when reading starts: a
+    // server that holds back passes whenever it starts; one that does not would have read
+    // all 12 MiB and buffered every answer by then. Polled every millisecond.
+    var lastSent = -1
+    var unchangedSince = monotonicMilliseconds()
+    while sent.current < count && monotonicMilliseconds() - unchangedSince < 200 {
+      if sent.current != lastSent {
+        lastSent = sent.current
+        unchangedSince = monotonicMilliseconds()
+      }
+      var pause = timespec(tv_sec: 0, tv_nsec: 1_000_000)
+      nanosleep(&pause, nil)
+    }
+    var answered = 0
+    while answered < count, let response = client.readResponse() {
+      if response.status == 200 && response.body.contains("loopdispatch_pool_threads") {
+        answered += 1
+      } else {
+        break
+      }
+    }
+    pthread_join(sender, nil)
+    #expect(answered == count)
+    let peakAfter = processStatusKilobytes(of: server.pid, field: "VmHWM")
+    print("backpressure: \(answered) answers, server peak RSS \(peakBefore) kB -> \(peakAfter) kB")
+    // Held back, the server keeps at most 256 KiB of answers and 32 KiB of requests per
+    // connection; 8 MiB leaves room for allocator noise (ASan's quarantine is larger).
+    if dlsym(nil, "__asan_init") == nil {
+      #expect(peakAfter - peakBefore < 8 * 1024)
+    }
+    server.send(SIGTERM)
+    #expect(server.waitForExit() == 0)
+  }
+}
+
+private func monotonicMilliseconds() -> Int {
+  var now = timespec()
+  clock_gettime(CLOCK_MONOTONIC, &now)
+  return now.tv_sec * 1000 + now.tv_nsec / 1_000_000
+}
