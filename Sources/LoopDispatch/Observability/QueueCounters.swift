@@ -1,63 +1,109 @@
 import Synchronization
 
-/// Per-queue counters: items submitted and completed, and the wait from submission to start.
+/// One queue's counters: items submitted and completed, and the wait from submission to
+/// start. Created with the queue's first item (`Queue.installCounters`), which also lists the
+/// queue in `QueueRegistry`; a queue that never ran anything has none (and is not listed).
 ///
 /// Who writes what:
-/// - `submittedItems`: every submitter, with a relaxed atomic add (the submission's own CAS
-///   or lock already touches the queue, so this adds one locked instruction).
-/// - `completedItems`, `maxWaitTicks`, `recentWaitTicks` of a serial queue or the main
-///   queue: only the thread holding the queue (SCHEDULED or SYNC_LOCKED, see
-///   `Queue+Serial.swift`), so plain relaxed load-then-store suffices; the next holder
-///   acquires the state word the previous one released, so no update is lost.
+/// - `submitted`: every submitter, with a relaxed atomic add (the submission's own CAS or
+///   lock already touches the queue, so this adds one locked instruction).
+/// - `completed`, `maxWaitTicks`, `recentWaitTicks` of a serial queue or the main queue: only
+///   the thread holding the queue (SCHEDULED or SYNC_LOCKED, see `Queue+Serial.swift`), so a
+///   plain relaxed load-then-store suffices; the next holder acquires the state word the
+///   previous one released, so no update is lost.
 /// - The same of a concurrent queue: any thread finishing or starting one of its items, with
-///   atomic read-modify-writes for the count and the maximum; the recent average is a
-///   relaxed load-then-store that may drop a concurrent update (documented as approximate).
-/// - Global queues: none of these; their figures live in the pool under its lock
-///   (`LaneStats` in `WorkerPool.swift`).
+///   atomic read-modify-writes for the count and the maximum; the recent average is a relaxed
+///   load-then-store that may drop a concurrent update (documented as approximate).
+/// - Global queues have none: their figures live in the pool under its lock (`LaneStats` in
+///   `WorkerPool.swift`).
 ///
 /// Readers (snapshots) load each figure relaxed: each is exact when read, together they are
 /// not a consistent cut. `completed` is read before `submitted`, so `depth` (their
 /// difference) can only overstate, by items submitted while the snapshot was taken.
+final class QueueCounters: Sendable {
+  let submitted = Atomic<UInt64>(0)
+  let completed = Atomic<UInt64>(0)
+  /// Longest submission-to-start wait, in `Ticks`.
+  let maxWaitTicks = Atomic<UInt64>(0)
+  /// Moving average of recent waits (weight 1/8), in `Ticks`.
+  let recentWaitTicks = Atomic<UInt64>(0)
+  /// The queue's slot in `QueueRegistry`, stored by the thread that installed these counters
+  /// (before it returns to the submission that needed them); read by the queue's `deinit`.
+  let registrySlot = Atomic<Int>(-1)
+}
+
 extension Queue {
+  /// Runs `body` with the queue's counters, creating them with the first item. No retain:
+  /// the counters live as long as the queue.
+  @inline(__always)
+  private func withCounters(_ body: (QueueCounters) -> Void) {
+    let raw = countersPointer.load(ordering: .acquiring) ?? installCounters()
+    // Safe: retained by this queue until its deinit, and the caller holds the queue.
+    Unmanaged<QueueCounters>.fromOpaque(raw)._withUnsafeGuaranteedRef(body)
+  }
+
+  /// Creates and publishes the counters (one winner if submitters race), and lists the queue
+  /// in the registry. Returns the published counters.
+  @inline(never)
+  func installCounters() -> UnsafeMutableRawPointer {
+    let fresh = Unmanaged.passRetained(QueueCounters())
+    let (installed, existing) = countersPointer.compareExchange(
+      expected: nil, desired: fresh.toOpaque(), ordering: .acquiringAndReleasing)
+    guard installed else {
+      fresh.release()
+      return existing!
+    }
+    let slot = QueueRegistry.shared.register(self)
+    fresh.takeUnretainedValue().registrySlot.store(slot, ordering: .releasing)
+    return fresh.toOpaque()
+  }
+
   /// Counts one submission.
   @inline(__always)
   func countSubmission() {
-    submittedItems.wrappingAdd(1, ordering: .relaxed)
+    withCounters { $0.submitted.wrappingAdd(1, ordering: .relaxed) }
   }
 
   /// Records an item's start; the calling thread holds this serial queue exclusively.
   @inline(__always)
   func recordStartExclusive(enqueuedAt: UInt64) {
     let wait = Ticks.elapsed(from: enqueuedAt, to: Ticks.now())
-    if wait > maxWaitTicks.load(ordering: .relaxed) {
-      maxWaitTicks.store(wait, ordering: .relaxed)
+    withCounters { counters in
+      if wait > counters.maxWaitTicks.load(ordering: .relaxed) {
+        counters.maxWaitTicks.store(wait, ordering: .relaxed)
+      }
+      let recent = counters.recentWaitTicks.load(ordering: .relaxed)
+      counters.recentWaitTicks.store(recent - recent / 8 + wait / 8, ordering: .relaxed)
     }
-    let recent = recentWaitTicks.load(ordering: .relaxed)
-    recentWaitTicks.store(recent - recent / 8 + wait / 8, ordering: .relaxed)
   }
 
   /// Counts a finished item; the calling thread holds this serial queue exclusively.
   @inline(__always)
   func countCompletionExclusive() {
-    completedItems.store(completedItems.load(ordering: .relaxed) &+ 1, ordering: .relaxed)
+    withCounters { counters in
+      counters.completed.store(
+        counters.completed.load(ordering: .relaxed) &+ 1, ordering: .relaxed)
+    }
   }
 
-  /// Records an item's start from any thread (concurrent and global queues).
+  /// Records an item's start from any thread (concurrent queues).
   @inline(__always)
   func recordStartShared(enqueuedAt: UInt64) {
     let wait = Ticks.elapsed(from: enqueuedAt, to: Ticks.now())
-    if wait > maxWaitTicks.load(ordering: .relaxed) {
-      maxWaitTicks.max(wait, ordering: .relaxed)
+    withCounters { counters in
+      if wait > counters.maxWaitTicks.load(ordering: .relaxed) {
+        counters.maxWaitTicks.max(wait, ordering: .relaxed)
+      }
+      // May lose a racing update: the figure is an approximate recent average by design.
+      let recent = counters.recentWaitTicks.load(ordering: .relaxed)
+      counters.recentWaitTicks.store(recent - recent / 8 + wait / 8, ordering: .relaxed)
     }
-    // May lose a racing update: the figure is an approximate recent average by design.
-    let recent = recentWaitTicks.load(ordering: .relaxed)
-    recentWaitTicks.store(recent - recent / 8 + wait / 8, ordering: .relaxed)
   }
 
   /// Counts a finished item from any thread.
   @inline(__always)
   func countCompletionShared() {
-    completedItems.wrappingAdd(1, ordering: .relaxed)
+    withCounters { $0.completed.wrappingAdd(1, ordering: .relaxed) }
   }
 
   /// This queue's raw figures now.
@@ -69,12 +115,20 @@ extension Queue {
         completed: lane.completed, maxWaitTicks: lane.maxWaitTicks,
         recentWaitTicks: lane.recentWaitTicks)
     }
-    let completed = completedItems.load(ordering: .relaxed)
-    let submitted = submittedItems.load(ordering: .relaxed)
-    return QueueFigures(
-      label: label, kind: statsKind, queues: 1, submitted: submitted, completed: completed,
-      maxWaitTicks: maxWaitTicks.load(ordering: .relaxed),
-      recentWaitTicks: recentWaitTicks.load(ordering: .relaxed))
+    guard let raw = countersPointer.load(ordering: .acquiring) else {
+      return QueueFigures(
+        label: label, kind: statsKind, queues: 1, submitted: 0, completed: 0, maxWaitTicks: 0,
+        recentWaitTicks: 0)
+    }
+    // Safe: retained by this queue until its deinit (which may be the caller).
+    return Unmanaged<QueueCounters>.fromOpaque(raw)._withUnsafeGuaranteedRef { counters in
+      let completed = counters.completed.load(ordering: .relaxed)
+      let submitted = counters.submitted.load(ordering: .relaxed)
+      return QueueFigures(
+        label: label, kind: statsKind, queues: 1, submitted: submitted, completed: completed,
+        maxWaitTicks: counters.maxWaitTicks.load(ordering: .relaxed),
+        recentWaitTicks: counters.recentWaitTicks.load(ordering: .relaxed))
+    }
   }
 
   private var statsKind: QueueStats.Kind {

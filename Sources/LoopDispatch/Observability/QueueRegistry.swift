@@ -3,7 +3,8 @@ import MainLoop
 /// Every live queue, so a snapshot can list them, and the totals of released queues folded
 /// by label, so per-label counters never go backwards when a queue goes away.
 ///
-/// A queue registers in its initialiser and unregisters first thing in `deinit`. The table
+/// A custom queue registers with its first item (`Queue.installCounters`; the main and
+/// global queues in their initialisers) and unregisters first thing in `deinit`. The table
 /// holds queues unretained; a snapshot reads them under the table's lock, so a queue being
 /// released waits in `unregister` until the snapshot is done and its memory stays valid.
 ///

@@ -59,7 +59,9 @@ public struct RuntimeStats: Sendable, CustomStringConvertible {
   public var serviceLoop: LoopStats
   /// Main-queue stalls reported by the watchdog (``Queue/setMainStallThreshold(_:)``).
   public var mainStalls: UInt64
-  /// Every live queue (global queues, the main queue and custom queues), one entry each.
+  /// The global queues, the main queue and every live custom queue that has received work,
+  /// one entry each (a queue's counters are created with its first item, so a queue that
+  /// never ran anything costs nothing and is not listed).
   public var queues: [QueueStats]
   /// Released custom queues' totals, one entry per label (`queues` is 0 in them). Labels
   /// past the first 256 fold into one entry labelled `(other labels)`: a label first

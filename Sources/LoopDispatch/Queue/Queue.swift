@@ -85,19 +85,11 @@ public final class Queue: @unchecked Sendable {
   /// first use to keep idle queues small: a retained `LockedValue<QueueExtras>`, or nil.
   private let extrasPointer = Atomic<UnsafeMutableRawPointer?>(nil)
 
-  // MARK: Counters (who writes each: `QueueCounters.swift`)
+  // MARK: Counters (see `QueueCounters.swift`)
 
-  /// Atomic. Items submitted.
-  let submittedItems = Atomic<UInt64>(0)
-  /// Atomic. Items finished.
-  let completedItems = Atomic<UInt64>(0)
-  /// Atomic. Longest submission-to-start wait, in `Ticks`.
-  let maxWaitTicks = Atomic<UInt64>(0)
-  /// Atomic. Moving average of recent waits, in `Ticks`.
-  let recentWaitTicks = Atomic<UInt64>(0)
-  /// The queue's slot in `QueueRegistry`. Written once, in the initialiser, before the
-  /// queue is shared; read by `deinit`.
-  private var registrySlot = -1
+  /// Atomic. The queue's `QueueCounters` (retained), created with its first item, or nil:
+  /// a queue that never ran anything costs one word here.
+  let countersPointer = Atomic<UnsafeMutableRawPointer?>(nil)
 
   // MARK: Creation
 
@@ -138,7 +130,6 @@ public final class Queue: @unchecked Sendable {
     firstTarget = initial
     publishTarget(initial)
     RuntimeCounters.liveQueues.wrappingAdd(1, ordering: .relaxed)
-    registrySlot = QueueRegistry.shared.register(self)
   }
 
   /// A global (root) queue.
@@ -148,7 +139,7 @@ public final class Queue: @unchecked Sendable {
     width = Int.max
     concurrentState = nil
     firstTarget = nil
-    registrySlot = QueueRegistry.shared.register(self)
+    _ = QueueRegistry.shared.register(self)  // Listed from the start; never released.
   }
 
   /// The main queue.
@@ -158,12 +149,17 @@ public final class Queue: @unchecked Sendable {
     width = 1
     concurrentState = nil
     firstTarget = nil
-    registrySlot = QueueRegistry.shared.register(self)
+    _ = installCounters()  // Listed from the start; never released.
   }
 
   deinit {
     // First: a snapshot may be reading this queue; this waits for it (QueueRegistry).
-    QueueRegistry.shared.unregister(slot: registrySlot, final: figures)
+    if let raw = countersPointer.load(ordering: .acquiring) {
+      let counters = Unmanaged<QueueCounters>.fromOpaque(raw)
+      let slot = counters.takeUnretainedValue().registrySlot.load(ordering: .acquiring)
+      QueueRegistry.shared.unregister(slot: slot, final: figures)
+      counters.release()
+    }
     RuntimeCounters.liveQueues.wrappingSubtract(1, ordering: .relaxed)
     if kind == .serial {
       let pending = serialHasPendingItems
