@@ -62,6 +62,15 @@ import Testing
     #expect(wrong.current == 0)
   }
 
+  @Test func namesCanBeTurnedOffWithAnEnvironmentVariable() async {
+    // In a child process: the switch is read when the first worker starts.
+    await #expect(processExitsWith: .success) {
+      setenv("LOOPDISPATCH_THREAD_NAMES", "0", 1)
+      let name = nameSeen(on: Queue(label: "names.off"))
+      exit(name?.hasPrefix("ld.worker.") == true ? 0 : 1)
+    }
+  }
+
   @Test func parkedWorkersShowTheirOwnNameAgain() {
     let label = "names.parked"
     let queue = Queue(label: label)

@@ -1,4 +1,5 @@
 import CLoopShims
+import Glibc
 
 /// Names pool workers after the queue they are draining, so `top -H`, `ps -L`, gdb and
 /// perf show `conn.42` rather than `ld.worker.3`.
@@ -18,9 +19,18 @@ final class ThreadName {
 
   private init(ownName: String) { self.ownName = ownName }
 
+  /// False when `LOOPDISPATCH_THREAD_NAMES=0`: workers then keep `ld.worker.N` (for
+  /// latency-bound work bouncing between differently labelled queues, where each label change
+  /// costs a `prctl`).
+  static let enabled: Bool = {
+    guard let raw = getenv("LOOPDISPATCH_THREAD_NAMES") else { return true }
+    return String(cString: raw) != "0"
+  }()
+
   /// Gives the calling worker thread its naming state. Called once, first thing, by a
   /// worker; `removeForWorker` undoes it before the thread exits.
   static func installForWorker(ownName: String) {
+    guard enabled else { return }
     // Safe: retained here, released by `removeForWorker` on the same thread.
     ThreadSlots.setNameState(Unmanaged.passRetained(ThreadName(ownName: ownName)).toOpaque())
   }
