@@ -674,7 +674,9 @@ private final class SoakServer {
     // Close-on-exec, so no other test's child inherits them (and holds them open).
     precondition(pipe(&outPipe) == 0 && pipe(&errPipe) == 0)
     for fd in outPipe + errPipe { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
-    pid = spawnServer(arguments, stdout: outPipe[1], stderr: errPipe[1])
+    pid = spawnBuiltProgram(
+      "Examples", arguments, stdout: outPipe[1], stderr: errPipe[1],
+      closing: [outPipe[0], errPipe[0]])
     close(outPipe[1])
     close(errPipe[1])
     let (output, errors, listening, ended) = (output, errors, listening, ended)
@@ -741,54 +743,6 @@ private final class SoakServer {
     pthread_join(reader, nil)
     return result
   }
-}
-
-/// Starts the `Examples` executable built next to the test bundle, as TestSupport's spawn
-/// does (no signals blocked, no Swift backtracer), with its output on the given pipes and no
-/// other inherited descriptor (so the server's descriptor count is its own).
-private func spawnServer(_ arguments: [String], stdout: Int32, stderr: Int32) -> pid_t {
-  var buffer = [CChar](repeating: 0, count: 4096)
-  let n = readlink("/proc/self/exe", &buffer, buffer.count - 1)
-  precondition(n > 0)
-  let selfPath = String(decoding: buffer[..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-  let executable =
-    selfPath.split(separator: "/", omittingEmptySubsequences: false).dropLast()
-    .joined(separator: "/") + "/Examples"
-  var actions = posix_spawn_file_actions_t()
-  posix_spawn_file_actions_init(&actions)
-  defer { posix_spawn_file_actions_destroy(&actions) }
-  posix_spawn_file_actions_adddup2(&actions, stdout, 1)
-  posix_spawn_file_actions_adddup2(&actions, stderr, 2)
-  // Close everything else the test process has open (other tests' sockets and pipes):
-  // glibc's posix_spawn_file_actions_addclosefrom_np, which Glibc does not import.
-  typealias AddCloseFrom =
-    @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>?, Int32) -> Int32
-  if let symbol = dlsym(nil, "posix_spawn_file_actions_addclosefrom_np") {
-    _ = unsafeBitCast(symbol, to: AddCloseFrom.self)(&actions, 3)
-  } else {
-    for fd in Int32(3)..<4096 { posix_spawn_file_actions_addclose(&actions, fd) }
-  }
-  var attributes = posix_spawnattr_t()
-  posix_spawnattr_init(&attributes)
-  defer { posix_spawnattr_destroy(&attributes) }
-  var emptyMask = sigset_t()
-  sigemptyset(&emptyMask)
-  posix_spawnattr_setsigmask(&attributes, &emptyMask)
-  posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK))
-  var environment: [UnsafeMutablePointer<CChar>?] = []
-  var entry = environ
-  while let variable = entry.pointee {
-    environment.append(strdup(variable))
-    entry += 1
-  }
-  environment.append(strdup("SWIFT_BACKTRACE=enable=no"))
-  environment.append(nil)
-  let argv = ([executable] + arguments).map { strdup($0) } + [nil]
-  defer { for pointer in argv + environment { free(pointer) } }
-  var pid = pid_t()
-  let rc = posix_spawn(&pid, executable, &actions, &attributes, argv, environment)
-  precondition(rc == 0, "could not start \(executable): \(rc)")
-  return pid
 }
 
 // MARK: - Small helpers

@@ -49,14 +49,17 @@ public func runProgram(_ name: String, _ arguments: [String]) -> ProgramResult {
 }
 
 /// Starts the executable `name` (built next to the test bundle) with `arguments`, its
-/// standard output on `stdout` and, if given, its standard error on `stderr`; `closing` are
-/// descriptors the child must not inherit (the parent's pipe ends).
+/// standard output on `stdout` and, if given, its standard error on `stderr`. The child
+/// inherits no other descriptor: not the parent's pipe ends, nor other tests' sockets and
+/// pipes (so a program's descriptor count is its own, and no test's child holds another
+/// test's pipe open). `closing` lists the parent's pipe ends, closed one by one where
+/// glibc's `posix_spawn_file_actions_addclosefrom_np` is missing.
 ///
 /// The child starts with no signals blocked, whatever the calling thread blocks (Swift
 /// concurrency's threads block some), so signal scenarios behave as in a shell; and without
 /// Swift's backtracer, which would inherit the output pipes of a child that traps on purpose
 /// and could outlive it (it is also slow under the sanitizers).
-func spawnBuiltProgram(
+public func spawnBuiltProgram(
   _ name: String, _ arguments: [String], stdout: Int32, stderr: Int32? = nil,
   closing: [Int32]
 ) -> pid_t {
@@ -66,7 +69,14 @@ func spawnBuiltProgram(
   defer { posix_spawn_file_actions_destroy(&actions) }
   posix_spawn_file_actions_adddup2(&actions, stdout, 1)
   if let stderr { posix_spawn_file_actions_adddup2(&actions, stderr, 2) }
-  for fd in closing { posix_spawn_file_actions_addclose(&actions, fd) }
+  // glibc's closefrom action (2.34+), which Glibc does not import; looked up at run time.
+  typealias AddCloseFrom =
+    @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>?, Int32) -> Int32
+  if let symbol = dlsym(nil, "posix_spawn_file_actions_addclosefrom_np") {
+    _ = unsafeBitCast(symbol, to: AddCloseFrom.self)(&actions, 3)
+  } else {
+    for fd in closing { posix_spawn_file_actions_addclose(&actions, fd) }
+  }
   var attributes = posix_spawnattr_t()
   posix_spawnattr_init(&attributes)
   defer { posix_spawnattr_destroy(&attributes) }
