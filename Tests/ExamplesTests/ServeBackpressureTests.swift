@@ -7,7 +7,10 @@ import Testing
 /// resumes when the client takes them.
 @Suite struct ServeBackpressureTests {
   @Test func aClientThatPipelinesWithoutReadingIsHeldBack() throws {
-    let server = BackgroundProgram("Examples", ["serve", "--port", "0"])
+    // A 150 ms idle timeout, shorter than the 200 ms the client waits before reading: a
+    // connection held back with answers waiting is busy, not idle, and must stay open.
+    let server = BackgroundProgram(
+      "Examples", ["serve", "--port", "0", "--idle-timeout-ms", "150"])
     let line = try #require(server.readLine(containing: "listening on http://127.0.0.1:"))
     let port = try #require(
       line.split(separator: ":").last?.split(separator: "/").first.flatMap { UInt16($0) })
