@@ -102,6 +102,31 @@ import Testing
     #expect(folded.submitted == 6)
   }
 
+  @Test func aQueueThatNeverRanAnythingIsNotListed() {
+    let idle = Queue(label: "stats.never.used")
+    #expect(!RuntimeStats.current.queues.contains { $0.label == idle.label })
+    idle.sync {}
+    #expect(RuntimeStats.current.queues.contains { $0.label == idle.label })
+  }
+
+  @Test func releasedLabelsPastTheLimitFoldIntoOneEntry() async {
+    // In a child process: filling the table of released labels would change what other
+    // tests in this process see.
+    await #expect(processExitsWith: .success) {
+      for index in 0..<300 {
+        let queue = Queue(label: "stats.cap.\(index)")
+        queue.sync {}
+      }
+      let released = RuntimeStats.current.releasedQueues
+      let other = released.first { $0.label == "(other labels)" }
+      // 256 labels are remembered; the rest (at least 300 - 256 of ours) share one entry,
+      // and no count is lost: every one of the 300 syncs is in some entry.
+      let ours = released.filter { $0.label.hasPrefix("stats.cap.") }
+      let total = ours.reduce(0) { $0 + $1.submitted } + (other?.submitted ?? 0)
+      exit(released.count <= 257 && (other?.submitted ?? 0) >= 44 && total >= 300 ? 0 : 1)
+    }
+  }
+
   @Test func globalAndMainQueuesAreListed() {
     let stats = RuntimeStats.current
     #expect(stats.queues.contains { $0.kind == .main && $0.label == Queue.main.label })
