@@ -80,9 +80,6 @@ final class ThreadName {
     show(queue.label)
   }
 
-  /// The label shown by the calling worker, or nil (own name, or not a worker).
-  static var shownLabel: String? { forCurrentThread?.shownLabel }
-
   /// Sets the kernel's name: the first 15 bytes of `name`, cut at a character boundary
   /// (the kernel keeps 15 bytes and a NUL).
   private static func setKernelName(_ name: String) {
