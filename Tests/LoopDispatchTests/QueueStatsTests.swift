@@ -102,6 +102,31 @@ import Testing
     #expect(folded.submitted == 6)
   }
 
+  /// A snapshot taken while other threads drop the last reference to queues must never be
+  /// the one that releases a queue (its deinit unregisters under the lock the snapshot
+  /// holds): that deadlocked the server once, so this runs both sides against each other.
+  @Test(.timeLimit(.minutes(1))) func snapshotsRaceWithQueuesBeingReleased() {
+    let stop = Counter()
+    let snapshotter = startThread {
+      while stop.current == 0 { _ = RuntimeStats.current.queues.count }
+    }
+    let threads = (0..<2).map { thread in
+      startThread {
+        for index in 0..<scaled(3_000) {
+          let queue = Queue(label: "stats.race.\(thread).\(index % 50)")
+          let done = Latch()
+          queue.async { done.open() }
+          _ = done.wait()
+        }
+      }
+    }
+    for thread in threads { pthread_join(thread, nil) }
+    stop.increment()
+    pthread_join(snapshotter, nil)
+    #expect(
+      !RuntimeStats.current.queues.contains { $0.label.hasPrefix("stats.race.") && $0.depth > 0 })
+  }
+
   @Test func aQueueThatNeverRanAnythingIsNotListed() {
     let idle = Queue(label: "stats.never.used")
     #expect(!RuntimeStats.current.queues.contains { $0.label == idle.label })

@@ -14,13 +14,18 @@ import Synchronization
 /// - The same of a concurrent queue: any thread finishing or starting one of its items, with
 ///   atomic read-modify-writes for the count and the maximum; the recent average is a relaxed
 ///   load-then-store that may drop a concurrent update (documented as approximate).
-/// - Global queues have none: their figures live in the pool under its lock (`LaneStats` in
-///   `WorkerPool.swift`).
+/// - A global queue's counters (registered by its initialiser) only name it: its figures live
+///   in the pool under the pool's lock (`LaneStats` in `WorkerPool.swift`).
 ///
 /// Readers (snapshots) load each figure relaxed: each is exact when read, together they are
 /// not a consistent cut. `completed` is read before `submitted`, so `depth` (their
 /// difference) can only overstate, by items submitted while the snapshot was taken.
 final class QueueCounters: Sendable {
+  /// The queue's label and kind, copied so that snapshots never touch the queue itself.
+  let label: String
+  let kind: QueueStats.Kind
+  /// For a global queue, its priority: its figures are the pool's lane figures.
+  let rootPriority: Priority?
   let submitted = Atomic<UInt64>(0)
   let completed = Atomic<UInt64>(0)
   /// Longest submission-to-start wait, in `Ticks`.
@@ -30,6 +35,29 @@ final class QueueCounters: Sendable {
   /// The queue's slot in `QueueRegistry`, stored by the thread that installed these counters
   /// (before it returns to the submission that needed them); read by the queue's `deinit`.
   let registrySlot = Atomic<Int>(-1)
+
+  init(label: String, kind: QueueStats.Kind, rootPriority: Priority? = nil) {
+    self.label = label
+    self.kind = kind
+    self.rootPriority = rootPriority
+  }
+
+  /// The figures now.
+  var figures: QueueFigures {
+    if let rootPriority {
+      let lane = WorkerPool.shared.laneFigures(rootPriority)
+      return QueueFigures(
+        label: label, kind: kind, queues: 1, submitted: lane.submitted,
+        completed: lane.completed, maxWaitTicks: lane.maxWaitTicks,
+        recentWaitTicks: lane.recentWaitTicks)
+    }
+    let completed = completed.load(ordering: .relaxed)
+    let submitted = submitted.load(ordering: .relaxed)
+    return QueueFigures(
+      label: label, kind: kind, queues: 1, submitted: submitted, completed: completed,
+      maxWaitTicks: maxWaitTicks.load(ordering: .relaxed),
+      recentWaitTicks: recentWaitTicks.load(ordering: .relaxed))
+  }
 }
 
 extension Queue {
@@ -46,14 +74,14 @@ extension Queue {
   /// in the registry. Returns the published counters.
   @inline(never)
   func installCounters() -> UnsafeMutableRawPointer {
-    let fresh = Unmanaged.passRetained(QueueCounters())
+    let fresh = Unmanaged.passRetained(QueueCounters(label: label, kind: statsKind))
     let (installed, existing) = countersPointer.compareExchange(
       expected: nil, desired: fresh.toOpaque(), ordering: .acquiringAndReleasing)
     guard installed else {
       fresh.release()
       return existing!
     }
-    let slot = QueueRegistry.shared.register(self)
+    let slot = QueueRegistry.shared.register(fresh.takeUnretainedValue())
     fresh.takeUnretainedValue().registrySlot.store(slot, ordering: .releasing)
     return fresh.toOpaque()
   }
@@ -106,32 +134,7 @@ extension Queue {
     withCounters { $0.completed.wrappingAdd(1, ordering: .relaxed) }
   }
 
-  /// This queue's raw figures now.
-  var figures: QueueFigures {
-    if case .root(let priority) = kind {
-      let lane = WorkerPool.shared.laneFigures(priority)
-      return QueueFigures(
-        label: label, kind: .global, queues: 1, submitted: lane.submitted,
-        completed: lane.completed, maxWaitTicks: lane.maxWaitTicks,
-        recentWaitTicks: lane.recentWaitTicks)
-    }
-    guard let raw = countersPointer.load(ordering: .acquiring) else {
-      return QueueFigures(
-        label: label, kind: statsKind, queues: 1, submitted: 0, completed: 0, maxWaitTicks: 0,
-        recentWaitTicks: 0)
-    }
-    // Safe: retained by this queue until its deinit (which may be the caller).
-    return Unmanaged<QueueCounters>.fromOpaque(raw)._withUnsafeGuaranteedRef { counters in
-      let completed = counters.completed.load(ordering: .relaxed)
-      let submitted = counters.submitted.load(ordering: .relaxed)
-      return QueueFigures(
-        label: label, kind: statsKind, queues: 1, submitted: submitted, completed: completed,
-        maxWaitTicks: counters.maxWaitTicks.load(ordering: .relaxed),
-        recentWaitTicks: counters.recentWaitTicks.load(ordering: .relaxed))
-    }
-  }
-
-  private var statsKind: QueueStats.Kind {
+  var statsKind: QueueStats.Kind {
     switch kind {
     case .root: return .global
     case .main: return .main

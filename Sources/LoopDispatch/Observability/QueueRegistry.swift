@@ -3,8 +3,11 @@ import MainLoop
 /// Every live queue, so a snapshot can list them, and the totals of released queues folded
 /// by label, so per-label counters never go backwards when a queue goes away.
 ///
-/// A custom queue registers with its first item (`Queue.installCounters`; the main and
-/// global queues in their initialisers) and unregisters first thing in `deinit`. The table
+/// The table holds each queue's `QueueCounters` (which carry the label and kind), never the
+/// queue itself: a snapshot that retained a queue could drop the last reference and run the
+/// queue's `deinit`, which unregisters, on the thread already holding this lock. A custom
+/// queue registers with its first item (`Queue.installCounters`; the main and global queues
+/// in their initialisers) and unregisters in `deinit`. The table
 /// holds queues unretained; a snapshot reads them under the table's lock, so a queue being
 /// released waits in `unregister` until the snapshot is done and its memory stays valid.
 ///
@@ -18,16 +21,14 @@ final class QueueRegistry: Sendable {
   static let otherLabel = "(other labels)"
 
   private struct Table {
-    /// Unretained live queues; nil marks a free slot.
-    var slots: [UnsafeMutableRawPointer?] = []
+    /// Live queues' counters; nil marks a free slot.
+    var slots: [QueueCounters?] = []
     /// Indices of free slots, reused first.
     var free: [Int] = []
     /// Totals of released queues, by label.
     var retired: [String: QueueFigures] = [:]
   }
 
-  // Safe to be Sendable: the raw pointers are only dereferenced under this lock, while the
-  // queues they name are alive (see the type's comment).
   private let table = LockedValue(Table())
 
   private init() {
@@ -35,15 +36,14 @@ final class QueueRegistry: Sendable {
     _ = Ticks.reference
   }
 
-  /// Adds `queue`; returns its slot for `unregister`.
-  func register(_ queue: Queue) -> Int {
-    let pointer = Unmanaged.passUnretained(queue).toOpaque()
-    return table.withLock { table in
+  /// Adds a queue's counters; returns its slot for `unregister`.
+  func register(_ counters: QueueCounters) -> Int {
+    table.withLock { table in
       if let slot = table.free.popLast() {
-        table.slots[slot] = pointer
+        table.slots[slot] = counters
         return slot
       }
-      table.slots.append(pointer)
+      table.slots.append(counters)
       return table.slots.count - 1
     }
   }
@@ -71,10 +71,7 @@ final class QueueRegistry: Sendable {
     let (live, retired) = table.withLock { table in
       var live: [QueueFigures] = []
       live.reserveCapacity(table.slots.count - table.free.count)
-      for case let pointer? in table.slots {
-        // No retain: the queue may already be in `deinit`, blocked on this lock.
-        live.append(Unmanaged<Queue>.fromOpaque(pointer)._withUnsafeGuaranteedRef { $0.figures })
-      }
+      for case let counters? in table.slots { live.append(counters.figures) }
       return (live, Array(table.retired.values))
     }
     return (

@@ -139,7 +139,9 @@ public final class Queue: @unchecked Sendable {
     width = Int.max
     concurrentState = nil
     firstTarget = nil
-    _ = QueueRegistry.shared.register(self)  // Listed from the start; never released.
+    // Listed from the start; never released.
+    _ = QueueRegistry.shared.register(
+      QueueCounters(label: rootLabel, kind: .global, rootPriority: priority))
   }
 
   /// The main queue.
@@ -153,12 +155,12 @@ public final class Queue: @unchecked Sendable {
   }
 
   deinit {
-    // First: a snapshot may be reading this queue; this waits for it (QueueRegistry).
+    // Fold the final figures into the label's totals (QueueRegistry); the registry holds
+    // only the counters, so no snapshot can be holding this queue.
     if let raw = countersPointer.load(ordering: .acquiring) {
-      let counters = Unmanaged<QueueCounters>.fromOpaque(raw)
-      let slot = counters.takeUnretainedValue().registrySlot.load(ordering: .acquiring)
-      QueueRegistry.shared.unregister(slot: slot, final: figures)
-      counters.release()
+      let counters = Unmanaged<QueueCounters>.fromOpaque(raw).takeRetainedValue()
+      let slot = counters.registrySlot.load(ordering: .acquiring)
+      QueueRegistry.shared.unregister(slot: slot, final: counters.figures)
     }
     RuntimeCounters.liveQueues.wrappingSubtract(1, ordering: .relaxed)
     if kind == .serial {
