@@ -76,6 +76,14 @@ static inline void **cls_name_slot_ptr_(void) {
 static inline void *cls_name_state_get(void) { return *cls_name_slot_ptr_(); }
 static inline void cls_name_state_set(void *state) { *cls_name_slot_ptr_() = state; }
 
+/// The calling thread's pool worker (unretained; nil on threads that are not workers).
+static inline void **cls_worker_slot_ptr_(void) {
+  static __thread void *slot = 0;
+  return &slot;
+}
+static inline void *cls_worker_get(void) { return *cls_worker_slot_ptr_(); }
+static inline void cls_worker_set(void *worker) { *cls_worker_slot_ptr_() = worker; }
+
 /// Whether the caller is the process main thread, computed once per thread and then read
 /// from a thread-local cache (no system call on the fast path). Each object file has its own
 /// cache (see above); every copy computes the same answer, so that is harmless here.

@@ -14,19 +14,22 @@ public final class PoolExecutor: TaskExecutor, Sendable {
   private init() {}
 
   /// Submits a task's job to the pool lane of the job's priority (see ``Priority/init(_:)``).
-  /// Called by the Swift runtime; thread-safety: any thread.
+  /// A job enqueued by a pool thread (a task it resumed) runs on that thread as soon as its
+  /// current job returns, without waking another. Called by the Swift runtime;
+  /// thread-safety: any thread.
   public func enqueue(_ job: consuming ExecutorJob) {
     let priority = Priority(job.priority)
     let job = UnownedJob(job)
     let executor = asUnownedTaskExecutor()
     WorkerPool.shared.submit(
-      .closure { job.runSynchronously(on: executor) }, priority: priority)
+      .closure { job.runSynchronously(on: executor) }, priority: priority, runNext: true)
   }
 
   /// Runs an already unowned job on the pool as `executor`.
   func enqueue(_ job: UnownedJob, on executor: UnownedTaskExecutor) {
     WorkerPool.shared.submit(
-      .closure { job.runSynchronously(on: executor) }, priority: Priority(job.priority))
+      .closure { job.runSynchronously(on: executor) }, priority: Priority(job.priority),
+      runNext: true)
   }
 }
 

@@ -25,7 +25,11 @@ final class FutexWord: @unchecked Sendable {
 
   /// Sleeps while the word equals `expected`, or until `timeoutNanoseconds` pass (nil: no
   /// limit). May return spuriously: callers re-check their condition.
+  ///
+  /// A pool worker first hands its run-next job to the pool (`flushBeforeBlocking`): it
+  /// cannot run it while asleep, and the job may be what the wait is for.
   func wait(whileEqualTo expected: UInt32, timeoutNanoseconds: UInt64? = nil) {
+    WorkerPool.flushBeforeBlocking()
     let raw = UnsafeMutableRawPointer(pointer).assumingMemoryBound(to: UInt32.self)
     if let timeoutNanoseconds {
       var relative = timespec(

@@ -26,4 +26,12 @@ enum ThreadSlots {
   /// Sets the calling worker's `ThreadName` (retained by the caller).
   @inline(never)
   static func setNameState(_ state: UnsafeMutableRawPointer?) { cls_name_state_set(state) }
+
+  /// The calling thread's pool worker (unretained), or nil off the pool.
+  @inline(never)
+  static func worker() -> UnsafeMutableRawPointer? { cls_worker_get() }
+
+  /// Sets the calling thread's pool worker (the worker object outlives its thread's use).
+  @inline(never)
+  static func setWorker(_ worker: UnsafeMutableRawPointer?) { cls_worker_set(worker) }
 }

@@ -48,9 +48,12 @@ final class PoolSupervisor: @unchecked Sendable {
   }
 
   /// Called by submitters that found no idle worker. Cheap when the supervisor is awake.
+  ///
+  /// The first load is sequentially consistent: it pairs with the supervisor's store before
+  /// it re-checks for work (see `run`), so a job submitted as it falls asleep is never missed.
   @inline(__always)
   func noteWorkWaiting() {
-    if word.atomic.pointee.load(ordering: .relaxed) == 1
+    if word.atomic.pointee.load(ordering: .sequentiallyConsistent) == 1
       && word.atomic.pointee.exchange(0, ordering: .acquiringAndReleasing) == 1
     {
       word.wake(1)
@@ -63,10 +66,13 @@ final class PoolSupervisor: @unchecked Sendable {
     // No worker start before this instant (monotonic): set after a refused start.
     var retryAt = Deadline(uptimeNanoseconds: 0)
     while true {
-      if pool.pendingJobs.load(ordering: .sequentiallyConsistent) == 0 {
-        // Sleep until a submission finds every worker busy.
+      if !pool.hasWaitingWork {
+        // Sleep until a submission finds every worker busy or fills a run-next slot.
+        // Sequentially consistent store then loads: pairs with the submitter's
+        // sequentially consistent `pendingJobs` add, then its load of `word` (Dekker): either
+        // we see its job, or it sees us asleep and wakes us.
         word.atomic.pointee.store(1, ordering: .sequentiallyConsistent)
-        if pool.pendingJobs.load(ordering: .sequentiallyConsistent) == 0 {
+        if !pool.hasWaitingWork {
           while word.atomic.pointee.load(ordering: .acquiring) == 1 {
             word.wait(whileEqualTo: 1)
           }
@@ -78,9 +84,16 @@ final class PoolSupervisor: @unchecked Sendable {
       word.wait(whileEqualTo: 0, timeoutNanoseconds: tickNanoseconds)
       let started = pool.jobsStarted.load(ordering: .relaxed)
       defer { lastStarted = started }
-      guard started == lastStarted, pool.pendingJobs.load(ordering: .relaxed) > 0,
-        pool.searching.load(ordering: .relaxed) == 0, pool.parkedCount == 0
-      else { continue }
+      // A slot whose owner has not come back for a tick goes to its lane (counted below).
+      _ = pool.rescueStrandedRunNext(among: workers.withLock { $0 })
+      guard started == lastStarted, pool.pendingJobs.load(ordering: .relaxed) > 0 else { continue }
+      // Jobs waited a whole tick and none started. A parked worker means a wake-up was missed
+      // (or a rescued slot job needs one): wake it rather than grow.
+      if pool.wakeParkedWorker() {
+        pool.missedWakes.wrappingAdd(1, ordering: .relaxed)
+        continue
+      }
+      guard pool.searching.load(ordering: .relaxed) == 0 else { continue }
       if Deadline.now >= retryAt && everyWorkerIsBlocked(pool) {
         if case .refused = pool.spawnWorker(isExtra: true) { retryAt = .now + retryDelay }
       }

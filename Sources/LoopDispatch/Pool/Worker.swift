@@ -22,6 +22,27 @@ final class Worker: @unchecked Sendable {
   /// Iterations of the next spin (adaptive; see `spinForWork`). Only touched by the worker.
   private var spinBudget = 64
 
+  // The run-next slot (`WorkerPool+RunNext.swift`). The three stored properties are
+  // protected by the pool's lock; `hasRunNext` mirrors `runNext != nil` for lock-free checks
+  // (a hint: written under the lock, read relaxed, the truth is under the lock).
+  /// A job made runnable by this worker's current job, to run as soon as that job returns.
+  var runNext: SlotJob?
+  /// Slot jobs this worker ran in a row (reset when it takes a job from a lane).
+  var runNextStreak = 0
+  /// Set when the supervisor has seen the slot filled at a tick; a slot still filled and
+  /// seen at the next tick is moved to its lane (the owner is stuck in its job).
+  var runNextSeen = false
+  /// Atomic. Whether `runNext` is filled (see above).
+  let hasRunNext = Atomic<Bool>(false)
+
+  /// The worker whose thread is calling, or nil off the pool.
+  static var current: Worker? {
+    // Safe: the slot is set by `main()` to its own worker for as long as the thread runs
+    // it, and the thread's closure keeps that worker alive meanwhile.
+    guard let raw = ThreadSlots.worker() else { return nil }
+    return Unmanaged<Worker>.fromOpaque(raw).takeUnretainedValue()
+  }
+
   init(pool: WorkerPool, id: Int, isExtra: Bool) {
     self.pool = pool
     self.id = id
@@ -32,12 +53,14 @@ final class Worker: @unchecked Sendable {
     ThreadName.installForWorker(ownName: "ld.worker.\(id)")
     defer { ThreadName.removeForWorker() }
     tid.store(Syscall.currentThreadID, ordering: .relaxed)
+    ThreadSlots.setWorker(Unmanaged.passUnretained(self).toOpaque())
+    defer { ThreadSlots.setWorker(nil) }
     // Registered with the supervisor by `WorkerPool.spawnWorker`, before this thread ran.
     defer { pool.supervisor.unregister(self) }
     // The priority of the job that just finished, until the pool has counted it.
     var finished: Priority?
     while true {
-      if let (job, priority) = pool.takeJob(finished: &finished) {
+      if let (job, priority) = pool.takeJob(for: self, finished: &finished) {
         run(job, from: Queue.global(priority))
         finished = priority
         continue
@@ -83,6 +106,7 @@ final class Worker: @unchecked Sendable {
   private func park(finished: inout Priority?) -> Bool {
     let mustPark = pool.state.withLock { state -> Bool in
       if let done = finished.take() { state.laneStats[done.rawValue].completed &+= 1 }
+      if runNext != nil { return false }
       for lane in state.lanes where !lane.isEmpty { return false }
       parkWord.atomic.pointee.store(1, ordering: .relaxed)
       state.idle.append(self)

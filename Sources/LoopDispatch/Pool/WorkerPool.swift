@@ -59,10 +59,16 @@ final class WorkerPool: @unchecked Sendable {
   /// Atomic. Jobs in the lanes (a hint for spinning and for the supervisor; the lanes under
   /// the lock are the truth).
   let pendingJobs = Atomic<Int>(0)
+  /// Atomic. Jobs waiting in run-next slots (not in `pendingJobs`: spinning workers leave
+  /// them to their owners; the supervisor watches them).
+  let slottedJobs = Atomic<Int>(0)
   /// Atomic. Workers spinning in search of work.
   let searching = Atomic<Int>(0)
   /// Atomic. Jobs taken by workers since start (progress, for the supervisor).
   let jobsStarted = Atomic<UInt64>(0)
+  /// Atomic. Times the supervisor found jobs waiting a whole tick beside a parked worker and
+  /// woke it (a missed or deferred wake-up; see `PoolSupervisor.run`).
+  let missedWakes = Atomic<UInt64>(0)
   /// Atomic. Workers created after start because the others were blocked.
   let growthEvents = Atomic<UInt64>(0)
   /// Atomic. Worker starts the system refused (`pthread_create` failed) since launch.
@@ -85,44 +91,102 @@ final class WorkerPool: @unchecked Sendable {
     supervisor.start(pool: self)
   }
 
-  /// Appends `job` to the lane of `priority` and wakes a worker if none is looking for work.
+  /// Queues `job` at `priority` and makes sure a worker will run it.
+  ///
+  /// With `runNext`, a job submitted by a pool job goes into the calling worker's run-next
+  /// slot (`WorkerPool+RunNext.swift`) when it may, and wakes nobody: the worker runs it as
+  /// soon as its current job returns. Otherwise the job is appended to its lane, and one
+  /// parked worker is woken unless a worker is searching (spinning) already.
   /// Thread-safety: any thread.
-  func submit(_ job: PoolJob, priority: Priority) {
+  func submit(_ job: PoolJob, priority: Priority, runNext: Bool = false) {
     let timed = TimedJob(job: job, enqueuedAt: Ticks.now())
-    let toWake: Worker? = state.withLock { state in
-      state.lanes[priority.rawValue].append(timed)
+    let owner = runNext ? Worker.current : nil
+    let wake: Wake = state.withLock { state in
       state.laneStats[priority.rawValue].submitted &+= 1
+      if let owner, fillRunNext(of: owner, with: timed, priority: priority) {
+        return .supervisor
+      }
+      state.lanes[priority.rawValue].append(timed)
+      // Sequentially consistent: pairs with a spinner's increment of `searching` followed by
+      // its load of `pendingJobs` (Dekker): either it sees this job, or we see it searching.
       pendingJobs.wrappingAdd(1, ordering: .sequentiallyConsistent)
-      if searching.load(ordering: .sequentiallyConsistent) > 0 { return nil }
-      return state.idle.popLast()
+      if searching.load(ordering: .sequentiallyConsistent) > 0 { return .supervisor }
+      if let worker = state.idle.popLast() { return .worker(worker) }
+      return .supervisor
     }
-    if let toWake {
-      toWake.unpark()
-    } else {
-      supervisor.noteWorkWaiting()
+    perform(wake)
+  }
+
+  /// Who a change to the pool's work must wake, decided under the lock and done after it.
+  enum Wake {
+    case none
+    /// A parked worker, already taken off the idle stack.
+    case worker(Worker)
+    /// Nobody now, but the supervisor must be watching (work waits, or a slot is filled).
+    case supervisor
+  }
+
+  @inline(__always)
+  func perform(_ wake: Wake) {
+    switch wake {
+    case .none: break
+    case .worker(let worker): worker.unpark()
+    case .supervisor: supervisor.noteWorkWaiting()
     }
   }
 
-  /// Takes the first job of the highest non-empty lane, with that lane's priority, and
-  /// records its wait. Records the completion of the caller's previous job (`finished`, set
-  /// to nil once recorded) whenever it takes the lock. Any worker thread.
+  /// The chained wake-up, decided under the lock by a worker that just took a job: if jobs
+  /// still wait in the lanes, nobody is searching and a worker is parked, that worker is
+  /// woken (after the lock), so a burst fans out over the pool one wake at a time instead of
+  /// running on the one worker that happened to be spinning when it arrived.
   @inline(__always)
-  func takeJob(finished: inout Priority?) -> (PoolJob, Priority)? {
-    if pendingJobs.load(ordering: .relaxed) == 0 { return nil }
+  private func chainedWake(_ state: inout State) -> Wake {
+    guard pendingJobs.load(ordering: .relaxed) > 0,
+      searching.load(ordering: .sequentiallyConsistent) == 0,
+      let worker = state.idle.popLast()
+    else { return .none }
+    return .worker(worker)
+  }
+
+  /// Takes `worker`'s next job: its run-next slot when that may go first (see
+  /// `WorkerPool+RunNext.swift`), else the first job of the highest non-empty lane; records
+  /// its wait, and the completion of the caller's previous job (`finished`, set to nil once
+  /// recorded). Wakes a parked worker when more jobs wait (`chainedWake`). Worker threads.
+  @inline(__always)
+  func takeJob(for worker: Worker, finished: inout Priority?) -> (PoolJob, Priority)? {
+    if pendingJobs.load(ordering: .relaxed) == 0 && !worker.hasRunNext.load(ordering: .relaxed) {
+      return nil
+    }
     // Read outside the lock (a clock read where the cycle counter is not used); the lock
     // wait is then not counted as queue wait, a bias of one lock hand-off at most.
     let now = Ticks.now()
-    return state.withLock { state in
+    let (taken, wake): ((PoolJob, Priority)?, Wake) = state.withLock { state in
       if let done = finished.take() { state.laneStats[done.rawValue].completed &+= 1 }
+      if let slot = takeRunNext(of: worker, state: &state) {
+        state.laneStats[slot.priority.rawValue].recordStart(
+          enqueuedAt: slot.timed.enqueuedAt, now: now)
+        return ((slot.timed.job, slot.priority), chainedWake(&state))
+      }
       for lane in 0..<state.lanes.count {
         if let timed = state.lanes[lane].popFirst() {
           pendingJobs.wrappingSubtract(1, ordering: .relaxed)
+          worker.runNextStreak = 0
           state.laneStats[lane].recordStart(enqueuedAt: timed.enqueuedAt, now: now)
-          return (timed.job, Priority(rawValue: lane)!)
+          return ((timed.job, Priority(rawValue: lane)!), chainedWake(&state))
         }
       }
-      return nil
+      return (nil, .none)
     }
+    perform(wake)
+    return taken
+  }
+
+  /// Wakes one parked worker if there is one (the supervisor's cure for a missed wake-up).
+  /// Returns whether it woke one.
+  func wakeParkedWorker() -> Bool {
+    guard let worker = state.withLock({ $0.idle.popLast() }) else { return false }
+    worker.unpark()
+    return true
   }
 
   /// The figures of the global queue of `priority` (for `Queue.figures`).
@@ -185,6 +249,12 @@ final class WorkerPool: @unchecked Sendable {
     writeStandardError(
       "LoopDispatch: warning: could not start a worker thread (\(error)); "
         + "continuing with \(remaining) \(noun)\n")
+  }
+
+  /// Whether jobs wait in a lane or a run-next slot (hints; for the supervisor's sleep).
+  var hasWaitingWork: Bool {
+    pendingJobs.load(ordering: .sequentiallyConsistent) > 0
+      || slottedJobs.load(ordering: .sequentiallyConsistent) > 0
   }
 
   /// Worker threads alive now.

@@ -78,12 +78,13 @@ extension Queue {
 
   /// Hands the drain (and the SCHEDULED bit the caller holds) to whoever runs this queue:
   /// the target, or for the main queue the main event loop.
+  /// `yielding`: the drain used up its budget and goes behind others on its target.
   @inline(__always)
-  func scheduleDrain() {
+  func scheduleDrain(yielding: Bool = false) {
     if kind == .main {
       EventLoop.main.execute { [self] in drainSerial() }
     } else {
-      target!.enqueueDrain(of: self)
+      target!.enqueueDrain(of: self, yielding: yielding)
     }
   }
 
@@ -118,7 +119,7 @@ extension Queue {
         ran += 1
         if ran == drainBudget && serialHasPendingItems {
           // Yield: go to the back of the target's line, still holding SCHEDULED.
-          scheduleDrain()
+          scheduleDrain(yielding: true)
           yielded = true
           break
         }

@@ -286,10 +286,14 @@ public final class Queue: @unchecked Sendable {
   }
 
   /// Hands this queue's drain (for a serial child) to this queue. Called by the child.
-  func enqueueDrain(of child: Queue) {
+  ///
+  /// On a global queue the drain may take the calling worker's run-next slot (a queue the
+  /// running job just made runnable runs on this worker next, without a wake-up), except
+  /// when `yielding`: a drain that used up its budget goes to the back of the lane.
+  func enqueueDrain(of child: Queue, yielding: Bool = false) {
     switch kind {
     case .root(let priority):
-      WorkerPool.shared.submit(.runnable(child), priority: priority)
+      WorkerPool.shared.submit(.runnable(child), priority: priority, runNext: !yielding)
     case .serial, .main:
       serialEnqueue(.drain(child))
     case .concurrent:

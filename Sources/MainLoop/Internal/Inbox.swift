@@ -187,6 +187,16 @@ final class Inbox: @unchecked Sendable {
   /// Whether collected posts remain to run (some may still be mid-write). Consumer only.
   var hasBacklog: Bool { head != snapshotEnd }
 
+  /// Whether any post (collected or not) waits to run; a cheap relaxed look for spinning.
+  /// Consumer only.
+  var hasPosts: Bool { head != tail.pointee.load(ordering: .relaxed) }
+
+  /// `hasPosts`, with the sequentially consistent load that pairs with the producers' claim
+  /// (the sleep check of `EventLoop+Execute.swift`). Consumer only.
+  var hasPostsSequentiallyConsistent: Bool {
+    head != tail.pointee.load(ordering: .sequentiallyConsistent)
+  }
+
   /// Runs up to `limit` collected posts in order; returns how many ran. Stops early at a
   /// claimed slot whose closure is not yet written. Consumer only.
   func runBacklog(limit: Int) -> Int {

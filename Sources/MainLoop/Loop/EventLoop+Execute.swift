@@ -1,27 +1,39 @@
-/// Posting work to the loop from any thread.
+import CLoopShims
+
+/// Posting work to the loop from any thread, and the loop's side: when it must be woken.
 ///
-/// Wake-up protocol (one eventfd write for many posts):
+/// `wakePending` means "the loop will look at the inbox before it next sleeps": while it is
+/// true, a post needs no system call. The loop keeps it true while it is awake and clears it
+/// only as the last step before sleeping in `epoll_wait`.
+///
+/// Wake-up protocol (no eventfd write while the loop is awake, one per sleep otherwise):
 /// 1. A producer claims an inbox slot (sequentially consistent compare-exchange on the inbox's
 ///    tail word), writes its closure and marks the slot ready, then loads `wakePending`
 ///    (sequentially consistent). Only if it reads false and then wins the false→true
-///    exchange does it write the eventfd.
-/// 2. The loop, woken by the eventfd, drains the eventfd counter, stores `wakePending = false`
-///    (sequentially consistent), then snapshots the inbox's tail (`collect`, a sequentially
-///    consistent load) and runs a bounded batch of the slots before it.
-/// 3. Either a producer's load comes before the loop's store in the single total order, in
-///    which case its claim also comes before the loop's snapshot and is collected; or it reads
-///    false and makes sure a new wake-up is written. No post is stranded (Dekker's pattern).
-///    A collected slot whose producer has claimed but not yet marked it ready stops the
-///    batch and counts as backlog, so step 4 brings the loop back for it.
-/// 4. After a bounded batch, leftovers re-signal the eventfd so the next turn polls
-///    descriptors and timers before running more posted work.
+///    exchange does it write the eventfd. A post from the loop's own thread never writes it
+///    (that thread checks the inbox before it next sleeps); the loop also sets the flag as
+///    each of its handlers starts, so other threads posting during a turn skip the write.
+/// 2. After every poll the loop stores `wakePending = true` (it is awake) and runs a batch of
+///    posts if the poll did not (`finishTurn`). Before the next poll (`prepareToSleep`): if
+///    posts wait, the poll does not block; if the loop was just busy with posted work it
+///    spins briefly watching the inbox (`spinForPosts`); then it stores
+///    `wakePending = false` (sequentially consistent) and loads the inbox's tail
+///    (sequentially consistent). Posts found there make the poll non-blocking; otherwise it
+///    sleeps.
+/// 3. Either a producer's flag load comes before the loop's clearing store in the single total
+///    order, in which case its claim also comes before the loop's tail load and is found; or
+///    it reads false and writes the eventfd, which ends the sleep. No post is stranded
+///    (Dekker's pattern). A collected slot whose producer has claimed but not yet marked it
+///    ready stops the batch and counts as waiting, so the loop comes back for it.
+/// 4. Each batch runs at most `batchLimit` posts; leftovers make the next poll non-blocking,
+///    so descriptors and timers are polled between batches.
 extension EventLoop {
   /// Runs `job` on the loop thread during a later turn.
   ///
   /// Jobs posted by one thread run in the order posted; jobs ordered by happens-before across
-  /// threads run in that order. A job posted from the loop thread runs on a later turn, never
-  /// inline. Thread-safety: callable from any thread; lock-free; at most one system call (the
-  /// wake-up) per batch of posts.
+  /// threads run in that order. A job posted from the loop thread runs later, never inline.
+  /// Thread-safety: callable from any thread; lock-free; a system call (the wake-up) only
+  /// when the loop is asleep or about to sleep, once per sleep.
   @inlinable
   public func execute(_ job: @escaping @Sendable () -> Void) {
     _execute(job)
@@ -30,8 +42,9 @@ extension EventLoop {
   @usableFromInline
   func _execute(_ job: @escaping @Sendable () -> Void) {
     inbox.push(job)
-    // See the protocol above: load first so a pending wake costs no read-modify-write.
-    if !wakePending.load(ordering: .sequentiallyConsistent)
+    // See the protocol above: load first so an awake loop costs no read-modify-write. The
+    // loop's own thread never needs a wake: it checks the inbox before it sleeps.
+    if !wakePending.load(ordering: .sequentiallyConsistent) && !isInLoopThread
       && !wakePending.exchange(true, ordering: .sequentiallyConsistent)
     {
       wakeWrites.wrappingAdd(1, ordering: .relaxed)
@@ -42,12 +55,75 @@ extension EventLoop {
   /// Runs when the wake eventfd is readable. Loop thread only.
   func handleWake() {
     Syscall.drainCounter(wakeFD)
-    wakePending.store(false, ordering: .sequentiallyConsistent)
+    runPosted()
+  }
+
+  /// Runs a bounded batch of the posts made so far. Loop thread only.
+  func runPosted() {
+    batchRanThisTurn = true
     inbox.collect()
-    _ = inbox.runBacklog(limit: batchLimit)
-    if inbox.hasBacklog && !wakePending.exchange(true, ordering: .sequentiallyConsistent) {
-      // More than one batch was waiting: come back after the next poll.
-      Syscall.signalEventfd(wakeFD)
+    if inbox.runBacklog(limit: batchLimit) > 0 { ranPostsSinceSleepCheck = true }
+  }
+
+  /// Marks the loop awake after a poll (step 2). Loop thread only.
+  @inline(__always)
+  func noteAwake() {
+    // Relaxed: a producer that sees it skips its wake-up, which is safe because the loop
+    // always clears the flag and re-checks the inbox (sequentially consistent) before sleeping.
+    wakePending.store(true, ordering: .relaxed)
+  }
+
+  /// Step 2, before a poll: whether it may block. It may not when posts wait (they run after
+  /// the poll, see `finishTurn`), including posts that arrive during a short spin when the
+  /// loop was just busy with posted work. Otherwise the flag is cleared. Loop thread only.
+  func prepareToSleep() -> Bool {
+    let wasBusy = ranPostsSinceSleepCheck
+    ranPostsSinceSleepCheck = false
+    if inbox.hasPosts { return false }
+    if wasBusy && spinForPosts() { return false }
+    wakePending.store(false, ordering: .sequentiallyConsistent)
+    if inbox.hasPostsSequentiallyConsistent {
+      noteAwake()
+      return false
     }
+    return true
+  }
+
+  /// After a poll: marks the loop awake and, if the poll ran no batch of posts (no eventfd
+  /// wake-up was written for them), runs one. A turn is thus: ready descriptors and signals,
+  /// due timers, then at most one batch of posts. Loop thread only.
+  func finishTurn() {
+    noteAwake()
+    if !batchRanThisTurn && inbox.hasPosts { runPosted() }
+    batchRanThisTurn = false
+  }
+
+  /// Watches the inbox for up to `spinBudgetNanoseconds` (adaptive, at most
+  /// `idleSpinLimitNanoseconds`): a reply that comes back within tens of microseconds of the
+  /// loop's last post then finds it awake, with no eventfd write and no `epoll_wait` sleep.
+  /// A spin that finds a post doubles the next budget (up to the limit); one that finds none
+  /// halves it, down to nothing, so a loop whose posts have stopped soon stops spinning.
+  /// Returns whether a post arrived. Loop thread only; the flag stays true meanwhile.
+  private func spinForPosts() -> Bool {
+    if spinBudgetNanoseconds == 0 {
+      // Spinning stopped paying: try again, smallest, after a busy turn.
+      spinBudgetNanoseconds = idleSpinLimitNanoseconds / 64
+      return false
+    }
+    let start = Deadline.now.uptimeNanoseconds
+    let end = start &+ spinBudgetNanoseconds
+    while true {
+      for _ in 0..<32 {
+        if inbox.hasPosts {
+          spinBudgetNanoseconds = Swift.min(idleSpinLimitNanoseconds, spinBudgetNanoseconds * 2)
+          return true
+        }
+        cls_cpu_relax()
+      }
+      if Deadline.now.uptimeNanoseconds >= end { break }
+    }
+    spinBudgetNanoseconds /= 2
+    if spinBudgetNanoseconds < idleSpinLimitNanoseconds / 64 { spinBudgetNanoseconds = 0 }
+    return false
   }
 }

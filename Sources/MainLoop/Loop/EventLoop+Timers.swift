@@ -77,6 +77,7 @@ extension EventLoop {
 
   /// Runs when the timerfd is readable. Loop thread only.
   func handleTimerExpiry() {
+    noteAwake()
     Syscall.drainCounter(timerFD)
     armedTimerDeadline = 0  // A fired timerfd is disarmed.
     var now = monotonicNanoseconds()

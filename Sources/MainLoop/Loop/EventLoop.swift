@@ -11,9 +11,13 @@ import Synchronization
 /// 2. Ready fd and signal watches run their handlers.
 /// 3. If the timer descriptor fired: every timer whose deadline has passed runs, in deadline
 ///    order, and the timer descriptor is re-armed for the next one.
-/// 4. If the wake eventfd fired: a bounded batch of posted closures runs (``batchLimit``);
-///    when more remain, the eventfd is re-signalled so the next turn polls fds first.
-/// 5. ``run()`` checks for ``stop()`` and its bound, then starts the next turn.
+/// 4. A bounded batch of posted closures runs (``batchLimit``): from the wake eventfd's
+///    handler, or after the poll when posts reached the loop while it was awake (no eventfd
+///    write was needed for them).
+/// 5. ``run()`` checks for ``stop()`` and its bound. The next poll blocks only when no post
+///    waits; the loop marks itself asleep just before (after a short spin if it just ran
+///    posted work), so posts reach an awake loop without any system call
+///    (`EventLoop+Execute.swift`).
 ///
 /// Threading: the loop is bound to the first thread that runs it (``main`` is bound to the
 /// process main thread from the start). The `event_base` and all loop-thread-only state are
@@ -42,9 +46,19 @@ public final class EventLoop: @unchecked Sendable {
 
   /// Posted closures. Lock-free; consumed only on the loop thread.
   let inbox = Inbox()
-  /// Atomic. True while a wake-up is owed: producers write the eventfd only when they flip
-  /// it from false to true (one wake for many posts).
+  /// Atomic. True while the loop is awake or a wake-up is owed: producers write the eventfd
+  /// only when they flip it from false to true (see `EventLoop+Execute.swift`).
   let wakePending = Atomic<Bool>(false)
+  /// Whether posted work ran since the last `prepareToSleep`. Only touched on the loop thread.
+  var ranPostsSinceSleepCheck = false
+  /// Whether the current turn ran a batch of posts. Only touched on the loop thread.
+  var batchRanThisTurn = false
+  /// The longest the loop spins for a post before sleeping, after a turn that ran posted
+  /// work (0: never). Immutable: 50 µs for ``main`` (it hands work to the pool and waits for
+  /// replies), 0 for other loops.
+  let idleSpinLimitNanoseconds: UInt64
+  /// The next spin's budget (adaptive, see `spinForPosts`). Only touched on the loop thread.
+  var spinBudgetNanoseconds: UInt64
   /// Atomic. Set by `stop()`, consumed by `run`.
   let stopRequested = Atomic<Bool>(false)
   /// Atomic. Whether a `run` is in progress (guards re-entrance).
@@ -90,6 +104,8 @@ public final class EventLoop: @unchecked Sendable {
     self.name = name
     self.batchLimit = batchLimit
     self.isMainLoop = boundToMainThread
+    self.idleSpinLimitNanoseconds = boundToMainThread ? 50_000 : 0
+    self.spinBudgetNanoseconds = self.idleSpinLimitNanoseconds
     self.base = EventLoop.makeBase()
     let wake = cls_eventfd(0, cls_efd_nonblock_cloexec)
     let timer = cls_timerfd_create_monotonic()

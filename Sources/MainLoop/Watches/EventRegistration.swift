@@ -91,6 +91,7 @@ final class EventRegistration: @unchecked Sendable {
   private func fire(_ what: Int16) {
     // Acquiring; pairs with the releasing exchange in `cancel()`.
     if cancelled.load(ordering: .acquiring) { return }
+    loop.noteAwake()
     // Single writer (the loop thread): a plain load-then-store is enough.
     loop.eventsRun.store(loop.eventsRun.load(ordering: .relaxed) &+ 1, ordering: .relaxed)
     handler?(what)
