@@ -8,6 +8,26 @@
 ///    machine (frequency, noisy neighbours) hits both sides alike.
 /// 3. Keep the median of each side; the spread (half the range over the median) tells how far
 ///    to trust it.
+///
+/// A run returns a ``Measurement``: the wall-clock figure and, for rows that measure it, the
+/// CPU time the whole process spent over the same interval, per operation. The CPU figure
+/// shows what a side pays for its speed: a runtime that spins instead of sleeping wins on the
+/// wall clock and loses here.
+
+/// What one run of one side measured.
+struct Measurement {
+  /// The figure in the benchmark's unit (wall-clock time, or a rate or count derived from it).
+  var wall: Double
+  /// User plus system CPU time of the whole process (every thread) over the interval the
+  /// wall figure covers (``ClockReading``), in ns per operation; nil when the row does not
+  /// measure it.
+  var cpuPerOperation: Double?
+
+  init(wall: Double, cpuPerOperation: Double? = nil) {
+    self.wall = wall
+    self.cpuPerOperation = cpuPerOperation
+  }
+}
 
 /// Whether a smaller or a larger figure is better.
 enum Direction: Sendable {
@@ -79,6 +99,9 @@ final class FigureLog {
 }
 
 /// One comparison: how to measure our side and the rival's side once, in the same unit.
+///
+/// Rows that measure CPU time pass closures returning ``Measurement``; rows that measure the
+/// wall clock only pass closures returning the figure (see the second initializer).
 struct Benchmark {
   /// Short identifier for the command-line filter, e.g. "pingpong".
   let key: String
@@ -89,12 +112,26 @@ struct Benchmark {
   /// Who we are compared with, e.g. "raw libevent" or "Dispatch".
   let rivalName: String
   let target: Target?
-  /// Measures LoopDispatch once and returns the figure in `unit`.
-  let ours: () -> Double
-  /// Measures the rival once and returns the figure in `unit`.
-  let rival: () -> Double
+  /// Measures LoopDispatch once: the figure in `unit`, and CPU per operation if measured.
+  let ours: () -> Measurement
+  /// Measures the rival once, likewise.
+  let rival: () -> Measurement
   /// Extra rows from the same runs.
   var derived: [DerivedFigure] = []
+}
+
+extension Benchmark {
+  /// A row that measures the wall clock only: each closure returns the figure in `unit`.
+  init(
+    key: String, name: String, unit: String, direction: Direction, rivalName: String,
+    target: Target?, ours: @escaping () -> Double, rival: @escaping () -> Double,
+    derived: [DerivedFigure] = []
+  ) {
+    self.init(
+      key: key, name: name, unit: unit, direction: direction, rivalName: rivalName,
+      target: target, ours: { Measurement(wall: ours()) }, rival: { Measurement(wall: rival()) },
+      derived: derived)
+  }
 }
 
 /// A named list of benchmarks (one per area: mainloop, queues, timers, sources).
@@ -103,10 +140,10 @@ struct BenchmarkGroup {
   let benchmarks: [Benchmark]
 }
 
-/// Raw figures of one benchmark, one per run.
+/// Raw measurements of one benchmark, one per run.
 struct Samples {
-  var ours: [Double] = []
-  var rival: [Double] = []
+  var ours: [Measurement] = []
+  var rival: [Measurement] = []
 }
 
 /// One line of the result table: medians of both sides.
@@ -124,6 +161,10 @@ struct Row {
   let oursSpread: Double
   /// The same for the rival.
   let rivalSpread: Double
+  /// LoopDispatch's median CPU ns per operation; nil when the row does not measure CPU.
+  var oursCPU: Double? = nil
+  /// The rival's; nil when the row does not measure CPU.
+  var rivalCPU: Double? = nil
 
   /// Our cost relative to the rival's: ours/rival when lower is better, rival/ours when
   /// higher is better. Below 1 means LoopDispatch wins.
@@ -132,6 +173,13 @@ struct Row {
     case .lowerIsBetter: ours / rival
     case .higherIsBetter: rival / ours
     }
+  }
+
+  /// Our CPU per operation over the rival's (lower is better for CPU whatever the row's
+  /// direction), or nil when the row does not measure CPU. NaN when a side was skipped.
+  var cpuRatio: Double? {
+    guard oursCPU != nil || rivalCPU != nil else { return nil }
+    return (oursCPU ?? .nan) / (rivalCPU ?? .nan)
   }
 
   /// Whether the target is met, or nil when the row has none or a needed side was skipped.
@@ -147,8 +195,9 @@ enum Harness {
   static func measure(
     _ benchmark: Benchmark, repeats: Int, warmups: Int, side: Options.Side = .both
   ) -> Samples {
-    let ours = side == .rival ? { .nan } : benchmark.ours
-    let rival = side == .ours ? { .nan } : benchmark.rival
+    let skipped = { Measurement(wall: .nan) }
+    let ours = side == .rival ? skipped : benchmark.ours
+    let rival = side == .ours ? skipped : benchmark.rival
     for _ in 0..<warmups {
       _ = ours()
       _ = rival()
@@ -162,21 +211,24 @@ enum Harness {
   }
 
   /// The table rows for `benchmark`: its own, then one per derived figure.
+  /// CPU figures appear on the benchmark's own row only.
   static func rows(for benchmark: Benchmark, from samples: Samples) -> [Row] {
+    let oursWall = samples.ours.map(\.wall)
+    let rivalWall = samples.rival.map(\.wall)
     var rows = [
       Row(
-        name: benchmark.name, ours: median(samples.ours), rival: median(samples.rival),
+        name: benchmark.name, ours: median(oursWall), rival: median(rivalWall),
         rivalName: benchmark.rivalName, unit: benchmark.unit, direction: benchmark.direction,
-        target: benchmark.target, oursSpread: spread(samples.ours),
-        rivalSpread: spread(samples.rival))
+        target: benchmark.target, oursSpread: spread(oursWall), rivalSpread: spread(rivalWall),
+        oursCPU: cpuMedian(samples.ours), rivalCPU: cpuMedian(samples.rival))
     ]
     for figure in benchmark.derived {
       let ours =
-        figure.log.map { FigureLog.lastRuns($0.ours, samples.ours.count) }
-        ?? samples.ours.map(figure.convert)
+        figure.log.map { FigureLog.lastRuns($0.ours, oursWall.count) }
+        ?? oursWall.map(figure.convert)
       let rival =
-        figure.log.map { FigureLog.lastRuns($0.rival, samples.rival.count) }
-        ?? samples.rival.map(figure.convert)
+        figure.log.map { FigureLog.lastRuns($0.rival, rivalWall.count) }
+        ?? rivalWall.map(figure.convert)
       rows.append(
         Row(
           name: benchmark.name, ours: median(ours), rival: median(rival),
@@ -192,6 +244,14 @@ enum Harness {
     let sorted = values.sorted()
     let middle = sorted.count / 2
     return sorted.count % 2 == 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2
+  }
+
+  /// The median CPU per operation of `runs`: nil when none measured it, NaN when only some
+  /// did (a broken row).
+  static func cpuMedian(_ runs: [Measurement]) -> Double? {
+    let figures = runs.compactMap(\.cpuPerOperation)
+    if figures.isEmpty { return nil }
+    return figures.count == runs.count ? median(figures) : .nan
   }
 
   /// Half the range over the median.

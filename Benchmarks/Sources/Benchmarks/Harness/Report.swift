@@ -6,8 +6,8 @@ enum Report {
   /// Prints `rows` as a Markdown table followed by notes.
   static func print(_ rows: [Row], options: Options) {
     let header = [
-      "Benchmark", "Unit", "LoopDispatch", "Rival", "Rival figure", "Ratio", "Target", "Met",
-      "Spread (ours / rival)",
+      "Benchmark", "Unit", "LoopDispatch", "Rival", "Rival figure", "Ratio", "CPU ns/op (ours)",
+      "CPU ns/op (rival)", "CPU ratio", "Target", "Met", "Spread (ours / rival)",
     ]
     var lines = [header]
     for row in rows {
@@ -17,7 +17,10 @@ enum Report {
         formatted(row.ours),
         row.rivalName,
         formatted(row.rival),
-        row.ratio.isFinite ? formatted(row.ratio, decimals: 2) + "x" : "n/a",
+        formattedRatio(row.ratio),
+        row.cpuRatio == nil ? "—" : formatted(row.oursCPU ?? .nan),
+        row.cpuRatio == nil ? "—" : formatted(row.rivalCPU ?? .nan),
+        row.cpuRatio.map(formattedRatio) ?? "—",
         row.target?.text ?? "—",
         row.targetMet.map { $0 ? "yes" : "**no**" } ?? "—",
         formattedSpread(row.oursSpread) + " / " + formattedSpread(row.rivalSpread),
@@ -30,10 +33,20 @@ enum Report {
       Medians of \(options.repeats) runs per side after \(options.warmups) warm-up run(s), \
       the two sides alternating. ↓ lower is better, ↑ higher is better. Ratio = LoopDispatch's \
       cost over the rival's (ours/rival for ↓, rival/ours for ↑): below 1 LoopDispatch wins. \
-      Spread = half the range of the runs over the median.
+      Spread = half the range of the runs over the median. CPU ns/op = user + system CPU time \
+      of the whole process (getrusage RUSAGE_SELF, every thread) over the same interval as the \
+      wall figure, per operation, median of the same runs; CPU ratio = ours/rival, below 1 \
+      LoopDispatch burns less CPU; — = not measured for that row. Rows run in a child process \
+      count that child only; the others count this whole process, so also whatever the other \
+      runtime's idle threads do meanwhile (spinning down, timers).
       """)
     Swift.print()
     for note in machineNotes() { Swift.print("- " + note) }
+  }
+
+  /// A ratio as "0.85x"; "n/a" when a side was skipped.
+  static func formattedRatio(_ ratio: Double) -> String {
+    ratio.isFinite ? formatted(ratio, decimals: 2) + "x" : "n/a"
   }
 
   /// Rows of cells as a Markdown table with padded columns (the first row is the header).

@@ -25,16 +25,27 @@ enum Runner {
       let newRows = Harness.rows(for: benchmark, from: samples)
       let seconds = Double(Stopwatch.now() - start) / 1e9
       let first = newRows[0]
+      let cpu =
+        first.cpuRatio == nil
+        ? ""
+        : "; CPU \(formatted(first.oursCPU ?? .nan)) vs \(formatted(first.rivalCPU ?? .nan)) ns/op"
       writeToStandardError(
-        "ours \(formatted(first.ours)) vs \(formatted(first.rival)) \(first.unit) "
+        "ours \(formatted(first.ours)) vs \(formatted(first.rival)) \(first.unit)\(cpu) "
           + "(\(formatted(seconds, decimals: 1)) s)\n")
       if options.verbose {
-        writeToStandardError("    ours:  \(samples.ours.map(formatted).joined(separator: " "))\n")
-        writeToStandardError("    rival: \(samples.rival.map(formatted).joined(separator: " "))\n")
+        writeToStandardError("    ours:  \(runs(samples.ours))\n")
+        writeToStandardError("    rival: \(runs(samples.rival))\n")
       }
       rows += newRows
     }
     print()
     Report.print(rows, options: options)
+  }
+
+  /// Every run's figure, with its CPU ns/op in brackets when measured: "812 [1650] 790 [1610]".
+  private static func runs(_ measurements: [Measurement]) -> String {
+    measurements.map { run in
+      formatted(run.wall) + (run.cpuPerOperation.map { " [\(formatted($0))]" } ?? "")
+    }.joined(separator: " ")
   }
 }

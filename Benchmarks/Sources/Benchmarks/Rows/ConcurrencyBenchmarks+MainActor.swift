@@ -13,8 +13,9 @@ import LoopDispatch
 /// 2. Dispatch: a detached task (on the toolchain's global executor) does
 ///    `await withCheckedContinuation { c in DispatchQueue.main.async { c.resume() } }` in a
 ///    loop while `dispatchMain()` drives the main queue.
-/// 3. The first ``warmupRoundTrips`` are not timed; after the timed ones the task checks the
-///    main-side count, prints ns per round trip and exits the child.
+/// 3. The first ``warmupRoundTrips`` are not timed; around the timed ones the task reads the
+///    clocks (wall and the child's own CPU time, ``ClockReading``), then checks the main-side
+///    count, reports wall and CPU ns per round trip and exits the child.
 extension ConcurrencyBenchmarks {
   enum MainActorRoundTrip {
     static let oursChild = "ld-mainactor-run"
@@ -27,19 +28,15 @@ extension ConcurrencyBenchmarks {
     /// (each hop's `resume` orders it before the next hop's submission).
     nonisolated(unsafe) static var dispatchHops = 0
 
-    /// Runs child mode `name` and returns its figure.
-    static func measureInChild(_ name: String) -> Double {
-      ChildProcess.figure(in: ChildProcess.run(name), of: name)
-    }
-
-    /// Checks that every round trip reached the main side, then reports ns per timed one.
-    static func finish(elapsed: UInt64, hops: Int) -> Never {
+    /// Checks that every round trip reached the main side, then reports wall and CPU ns per
+    /// timed one.
+    static func finish(from start: ClockReading, to end: ClockReading, hops: Int) -> Never {
       let expected = warmupRoundTrips + mainActorRoundTrips
       if hops != expected {
         writeToStandardError("main side ran \(hops) of \(expected) round trips\n")
         exit(1)
       }
-      ChildProcess.report(Double(elapsed) / Double(mainActorRoundTrips))
+      ChildProcess.report(Measurement(from: start, to: end, operations: mainActorRoundTrips))
     }
 
     // MARK: LoopDispatch
@@ -49,10 +46,10 @@ extension ConcurrencyBenchmarks {
       Task.detached {
         // The body writes main-actor state, so the hop cannot be optimised away.
         for _ in 0..<warmupRoundTrips { await MainActor.run { oursHops += 1 } }
-        let start = Stopwatch.now()
+        let start = ClockReading.start()
         for _ in 0..<mainActorRoundTrips { await MainActor.run { oursHops += 1 } }
-        let elapsed = Stopwatch.now() - start
-        finish(elapsed: elapsed, hops: await MainActor.run { oursHops })
+        let end = ClockReading.end()
+        finish(from: start, to: end, hops: await MainActor.run { oursHops })
       }
       Queue.runMain()
     }
@@ -71,10 +68,10 @@ extension ConcurrencyBenchmarks {
     static func runDispatchChild() -> Never {
       Task.detached {
         for _ in 0..<warmupRoundTrips { await dispatchRoundTrip() }
-        let start = Stopwatch.now()
+        let start = ClockReading.start()
         for _ in 0..<mainActorRoundTrips { await dispatchRoundTrip() }
-        let elapsed = Stopwatch.now() - start
-        finish(elapsed: elapsed, hops: dispatchHops)
+        let end = ClockReading.end()
+        finish(from: start, to: end, hops: dispatchHops)
       }
       dispatchMain()
     }

@@ -3,7 +3,8 @@ import Glibc
 import LoopDispatch
 
 /// LoopDispatch as a Swift-concurrency executor against the toolchain's own: an actor on a
-/// serial queue against a default actor, task spawns on ``PoolExecutor`` against plain
+/// serial queue against a default actor and against an actor on a serial `DispatchQueue`
+/// (``DispatchQueueExecutor``), task spawns on ``PoolExecutor`` against plain
 /// `Task {}` on the default global executor, and `MainActor.run` round trips on the main
 /// queue (with ``ConcurrencyIntegration`` installed) against Dispatch's main queue.
 ///
@@ -30,6 +31,14 @@ enum ConcurrencyBenchmarks {
           ours: { actorRoundTrip(QueueCounter(), calls: actorCalls) },
           rival: { actorRoundTrip(DefaultCounter(), calls: actorCalls) }),
         Benchmark(
+          key: "actordispatchqueue",
+          name: "100k await actor.increment() from a task: actor on a serial Queue",
+          unit: "ns/call", direction: .lowerIsBetter,
+          rivalName: "actor on a serial DispatchQueue",
+          target: .ratioAtMost(1.0, "DispatchQueue actor"),
+          ours: { actorRoundTrip(QueueCounter(), calls: actorCalls) },
+          rival: { actorRoundTrip(DispatchQueueCounter(), calls: actorCalls) }),
+        Benchmark(
           key: "taskspawn",
           name: "100k Task(executorPreference: PoolExecutor.shared) {} until all ran",
           unit: "ns/task", direction: .lowerIsBetter, rivalName: "Task {} (global executor)",
@@ -41,8 +50,8 @@ enum ConcurrencyBenchmarks {
           name: "20k await MainActor.run {} from a task (child process, main thread)",
           unit: "ns/round trip", direction: .lowerIsBetter, rivalName: "Dispatch main queue",
           target: .ratioAtMost(1.0, "Dispatch"),
-          ours: { MainActorRoundTrip.measureInChild(MainActorRoundTrip.oursChild) },
-          rival: { MainActorRoundTrip.measureInChild(MainActorRoundTrip.dispatchChild) }),
+          ours: { ChildProcess.measure(MainActorRoundTrip.oursChild) },
+          rival: { ChildProcess.measure(MainActorRoundTrip.dispatchChild) }),
       ])
   }
 
@@ -71,6 +80,39 @@ actor DefaultCounter: BenchCounter {
   func increment() { count += 1 }
 }
 
+/// The same actor on a serial Dispatch queue (``DispatchQueueExecutor``).
+actor DispatchQueueCounter: BenchCounter {
+  let executor = DispatchQueueExecutor(label: "bench.actor")
+  nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+  private(set) var count = 0
+
+  func increment() { count += 1 }
+}
+
+/// A serial `DispatchQueue` as an actor's executor: what `DispatchSerialQueue` is on Darwin
+/// (Linux's Dispatch has no such type). A job is submitted as a plain `async` closure, as
+/// LoopDispatch's `Queue` submits it (Queue+SerialExecutor.swift), so the two rows differ in
+/// the queue only.
+final class DispatchQueueExecutor: SerialExecutor {
+  let queue: DispatchQueue
+
+  init(label: String) { queue = DispatchQueue(label: label) }
+
+  func enqueue(_ job: consuming ExecutorJob) {
+    let job = UnownedJob(job)
+    queue.async { job.runSynchronously(on: self.asUnownedSerialExecutor()) }
+  }
+
+  func asUnownedSerialExecutor() -> UnownedSerialExecutor {
+    UnownedSerialExecutor(ordinary: self)
+  }
+
+  /// Backs `assumeIsolated` and `preconditionIsolated()`; not used by the benchmark.
+  func checkIsolated() {
+    dispatchPrecondition(condition: .onQueue(queue))
+  }
+}
+
 /// What the actor round trip calls; both counters are the same code.
 protocol BenchCounter: Actor {
   var count: Int { get }
@@ -79,27 +121,27 @@ protocol BenchCounter: Actor {
 
 extension ConcurrencyBenchmarks {
   /// Runs `body` in a detached task (on the default global executor) and blocks the calling
-  /// thread until it returns its figure.
-  static func runDetached(_ body: @escaping @Sendable () async -> Double) -> Double {
-    let result = FigureBox()
+  /// thread until it returns its measurement.
+  static func runDetached(_ body: @escaping @Sendable () async -> Measurement) -> Measurement {
+    let result = MeasurementBox()
     Task.detached {
-      result.figure = await body()
+      result.measurement = await body()
       result.done.open()
     }
     result.done.wait()
-    return result.figure
+    return result.measurement
   }
 
-  /// `calls` × `await counter.increment()` from one task; ns per call. Each call hops from
-  /// the task's executor to the actor's and back. The count is checked afterwards.
-  static func actorRoundTrip(_ counter: some BenchCounter, calls: Int) -> Double {
+  /// `calls` × `await counter.increment()` from one task; wall and CPU ns per call. Each call
+  /// hops from the task's executor to the actor's and back. The count is checked afterwards.
+  static func actorRoundTrip(_ counter: some BenchCounter, calls: Int) -> Measurement {
     runDetached {
-      let start = Stopwatch.now()
+      let start = ClockReading.start()
       for _ in 0..<calls { await counter.increment() }
-      let elapsed = Stopwatch.now() - start
+      let end = ClockReading.end()
       let count = await counter.count
       if count != calls { benchmarkFailure("actor counted \(count) of \(calls) calls") }
-      return Double(elapsed) / Double(calls)
+      return Measurement(from: start, to: end, operations: calls)
     }
   }
 
@@ -108,33 +150,31 @@ extension ConcurrencyBenchmarks {
   /// `tasks` empty tasks preferring the LoopDispatch pool, spawned from this thread; ns per
   /// task from the first spawn until the last task ran (each counts down ``Countdown``).
   static func oursTaskSpawn(tasks: Int) -> Double {
-    let elapsed = Countdown.measure(total: tasks) {
-      let start = Stopwatch.now()
+    Countdown.measure(total: tasks) {
+      let start = ClockReading.start()
       for _ in 0..<tasks {
         Task(executorPreference: PoolExecutor.shared) { Countdown.tickActive() }
       }
       return start
-    }
-    return Double(elapsed) / Double(tasks)
+    }.wall
   }
 
   /// The same with plain `Task {}` on the default global executor.
   static func defaultTaskSpawn(tasks: Int) -> Double {
-    let elapsed = Countdown.measure(total: tasks) {
-      let start = Stopwatch.now()
+    Countdown.measure(total: tasks) {
+      let start = ClockReading.start()
       for _ in 0..<tasks {
         Task { Countdown.tickActive() }
       }
       return start
-    }
-    return Double(elapsed) / Double(tasks)
+    }.wall
   }
 }
 
-/// A figure handed from a task to a waiting thread.
-final class FigureBox: @unchecked Sendable {
-  // @unchecked Sendable: `figure` is written before `done.open()` and read after
+/// A measurement handed from a task to a waiting thread.
+final class MeasurementBox: @unchecked Sendable {
+  // @unchecked Sendable: `measurement` is written before `done.open()` and read after
   // `done.wait()`, which orders the two.
-  var figure = Double.nan
+  var measurement = Measurement(wall: .nan)
   let done = Latch()
 }

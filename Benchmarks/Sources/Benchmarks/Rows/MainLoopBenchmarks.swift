@@ -49,8 +49,8 @@ enum MainLoopBenchmarks {
   }
 
   /// The protocol of `raw_libevent_pingpong`, with MainLoop's fd watches on a fresh loop bound
-  /// to the calling thread. Returns ns per round trip.
-  static func loopPingPong(roundTrips: Int) -> Double {
+  /// to the calling thread. Returns wall and CPU ns per round trip.
+  static func loopPingPong(roundTrips: Int) -> Measurement {
     let loop = EventLoop(name: "bench")
     // Bind the loop to this thread without running a turn, so the watches register at once
     // rather than through the inbox on the first timed turn.
@@ -80,12 +80,12 @@ enum MainLoopBenchmarks {
       benchmarkFailure("watch failed: \(error)")
     }
     var byte: UInt8 = 0x78
-    let start = Stopwatch.now()
+    let start = ClockReading.start()
     if write(a, &byte, 1) != 1 {
       benchmarkFailure("ping-pong kick-off write failed: errno \(errno)")
     }
     let finished = loop.run(until: { state.done }, deadline: .now + .seconds(60))
-    let elapsed = Stopwatch.now() - start
+    let end = ClockReading.end()
     // On the loop thread, so the watches are removed before `cancel` returns.
     watchA.cancel()
     watchB.cancel()
@@ -93,13 +93,15 @@ enum MainLoopBenchmarks {
     if !finished {
       benchmarkFailure("MainLoop ping-pong stalled after \(state.completed) round trips")
     }
-    return Double(elapsed) / Double(roundTrips)
+    return Measurement(from: start, to: end, operations: roundTrips)
   }
 
-  static func rawLibeventPingPong(roundTrips: Int) -> Double {
-    let nanoseconds = raw_libevent_pingpong(Int32(roundTrips))
+  /// `raw_libevent_pingpong` in C; wall and CPU ns per round trip.
+  static func rawLibeventPingPong(roundTrips: Int) -> Measurement {
+    var cpu = 0.0
+    let nanoseconds = raw_libevent_pingpong(Int32(roundTrips), &cpu)
     if nanoseconds < 0 { benchmarkFailure("raw libevent ping-pong failed: errno \(errno)") }
-    return nanoseconds
+    return Measurement(wall: nanoseconds, cpuPerOperation: cpu)
   }
 
   // MARK: - cross-thread execute

@@ -20,7 +20,7 @@ extension QueueBenchmarks {
     let a = Queue(label: "bench.bounce.a")
     let b = Queue(label: "bench.bounce.b")
     var remaining: Int
-    var finishedAt: UInt64 = 0
+    var finishedAt = ClockReading(wall: 0, cpu: 0)
     let done = Latch()
 
     init(hops: Int) { remaining = hops }
@@ -30,7 +30,7 @@ extension QueueBenchmarks {
     func hop() -> Bool {
       remaining -= 1
       if remaining > 0 { return true }
-      finishedAt = Stopwatch.now()
+      finishedAt = ClockReading.end()
       done.open()
       return false
     }
@@ -45,15 +45,15 @@ extension QueueBenchmarks {
       if run.hop() { run.a.async { onA() } }
     }
 
-    /// ns per hop over `hops` hops.
-    static func run(hops: Int) -> Double {
+    /// Wall and CPU ns per hop over `hops` hops.
+    static func run(hops: Int) -> Measurement {
       let run = OursBounce(hops: hops)
       active = run
       defer { active = nil }
-      let start = Stopwatch.now()
+      let start = ClockReading.start()
       run.a.async { onA() }
       run.done.wait()
-      return Double(run.finishedAt - start) / Double(hops)
+      return Measurement(from: start, to: run.finishedAt, operations: hops)
     }
   }
 
@@ -66,7 +66,7 @@ extension QueueBenchmarks {
     let a = DispatchQueue(label: "bench.bounce.a")
     let b = DispatchQueue(label: "bench.bounce.b")
     var remaining: Int
-    var finishedAt: UInt64 = 0
+    var finishedAt = ClockReading(wall: 0, cpu: 0)
     let done = Latch()
 
     init(hops: Int) { remaining = hops }
@@ -75,7 +75,7 @@ extension QueueBenchmarks {
     func hop() -> Bool {
       remaining -= 1
       if remaining > 0 { return true }
-      finishedAt = Stopwatch.now()
+      finishedAt = ClockReading.end()
       done.open()
       return false
     }
@@ -90,14 +90,14 @@ extension QueueBenchmarks {
       if run.hop() { run.a.async { onA() } }
     }
 
-    static func run(hops: Int) -> Double {
+    static func run(hops: Int) -> Measurement {
       let run = DispatchBounce(hops: hops)
       active = run
       defer { active = nil }
-      let start = Stopwatch.now()
+      let start = ClockReading.start()
       run.a.async { onA() }
       run.done.wait()
-      return Double(run.finishedAt - start) / Double(hops)
+      return Measurement(from: start, to: run.finishedAt, operations: hops)
     }
   }
 

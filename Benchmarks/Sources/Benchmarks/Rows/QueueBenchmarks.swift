@@ -84,47 +84,43 @@ enum QueueBenchmarks {
 
   // MARK: - async throughput
 
-  /// `items` counted closures onto the default global queue; ns from the first submission
-  /// until the last closure ran.
-  static func oursGlobalAsync(items: Int) -> Double {
-    let elapsed = Countdown.measure(total: items) {
+  /// `items` counted closures onto the default global queue; wall and CPU ns per item from
+  /// the first submission until the last closure ran.
+  static func oursGlobalAsync(items: Int) -> Measurement {
+    Countdown.measure(total: items) {
       let queue = Queue.global()
-      let start = Stopwatch.now()
+      let start = ClockReading.start()
       for _ in 0..<items { queue.async { Countdown.tickActive() } }
       return start
     }
-    return Double(elapsed) / Double(items)
   }
 
-  static func dispatchGlobalAsync(items: Int) -> Double {
-    let elapsed = Countdown.measure(total: items) {
+  static func dispatchGlobalAsync(items: Int) -> Measurement {
+    Countdown.measure(total: items) {
       let queue = DispatchQueue.global()
-      let start = Stopwatch.now()
+      let start = ClockReading.start()
       for _ in 0..<items { queue.async { Countdown.tickActive() } }
       return start
     }
-    return Double(elapsed) / Double(items)
   }
 
-  /// `items` counted closures onto a fresh serial queue, as above.
+  /// `items` counted closures onto a fresh serial queue; ns per item, as above.
   static func oursSerialAsync(items: Int) -> Double {
     let queue = Queue(label: "bench.serial")
-    let elapsed = Countdown.measure(total: items) {
-      let start = Stopwatch.now()
+    return Countdown.measure(total: items) {
+      let start = ClockReading.start()
       for _ in 0..<items { queue.async { Countdown.tickActive() } }
       return start
-    }
-    return Double(elapsed) / Double(items)
+    }.wall
   }
 
   static func dispatchSerialAsync(items: Int) -> Double {
     let queue = DispatchQueue(label: "bench.serial")
-    let elapsed = Countdown.measure(total: items) {
-      let start = Stopwatch.now()
+    return Countdown.measure(total: items) {
+      let start = ClockReading.start()
       for _ in 0..<items { queue.async { Countdown.tickActive() } }
       return start
-    }
-    return Double(elapsed) / Double(items)
+    }.wall
   }
 
   // MARK: - sync fast path
@@ -159,31 +155,29 @@ enum QueueBenchmarks {
   static func oursManyQueues(queues: Int, itemsEach: Int) -> Double {
     var created: [Queue] = []
     created.reserveCapacity(queues)
-    let elapsed = Countdown.measure(total: queues * itemsEach) {
-      let start = Stopwatch.now()
+    return Countdown.measure(total: queues * itemsEach) {
+      let start = ClockReading.start()
       for _ in 0..<queues {
         let queue = Queue(label: "bench.many")
         for _ in 0..<itemsEach { queue.async { Countdown.tickActive() } }
         created.append(queue)
       }
       return start
-    }
-    return Double(elapsed) / Double(queues * itemsEach)
+    }.wall
   }
 
   static func dispatchManyQueues(queues: Int, itemsEach: Int) -> Double {
     var created: [DispatchQueue] = []
     created.reserveCapacity(queues)
-    let elapsed = Countdown.measure(total: queues * itemsEach) {
-      let start = Stopwatch.now()
+    return Countdown.measure(total: queues * itemsEach) {
+      let start = ClockReading.start()
       for _ in 0..<queues {
         let queue = DispatchQueue(label: "bench.many")
         for _ in 0..<itemsEach { queue.async { Countdown.tickActive() } }
         created.append(queue)
       }
       return start
-    }
-    return Double(elapsed) / Double(queues * itemsEach)
+    }.wall
   }
 
   // MARK: - idle memory

@@ -10,15 +10,12 @@ import LoopDispatch
 ///    byte; the handlers then run on the main loop (no thread hop).
 /// 2. `runMain` returns after the loop turn in which end A's last handler ran.
 /// 3. The child cancels both sources and runs the main loop again until both cancel handlers
-///    (which close the descriptors) have run, then prints ns per timed round trip.
+///    (which close the descriptors) have run, then reports wall and CPU ns per timed round
+///    trip (the child's own CPU time: only our side runs in it). The rival's C function reads
+///    both clocks itself, around the same section (`raw_libevent_pingpong`).
 extension SourceBenchmarks {
   enum MainPingPong {
     static let oursChild = "ld-main-source-pingpong"
-
-    /// Runs our side in a child process and returns its figure.
-    static func measureInChild() -> Double {
-      ChildProcess.figure(in: ChildProcess.run(oursChild), of: oursChild)
-    }
 
     static func runOursChild() -> Never {
       let run = PingPong(roundTrips: pingPongRoundTrips, warmup: warmupRoundTrips)
@@ -34,7 +31,7 @@ extension SourceBenchmarks {
           "main-queue source ping-pong did not finish within 60 s; \(run.remaining) left\n")
         exit(1)
       }
-      let figure = run.nanosecondsPerRoundTrip
+      let measurement = run.measurement
       run.tearDown {
         sourceA.cancel()
         sourceB.cancel()
@@ -44,7 +41,7 @@ extension SourceBenchmarks {
           "main-queue read sources: \(run.closedCount) of 2 cancel handlers ran within 10 s\n")
         exit(1)
       }
-      ChildProcess.report(figure)
+      ChildProcess.report(measurement)
     }
   }
 }

@@ -13,10 +13,11 @@ import Synchronization
 /// 2. The runner writes one byte into end A. End B's handler reads it and writes it back;
 ///    end A's handler reads it, counts a round trip and writes it again, until the last.
 ///    The first ``warmupRoundTrips`` are not timed (queue and pool start-up).
-/// 3. End A's last handler notes the time and opens the run's gate.
+/// 3. End A's handlers read the clocks (wall and process CPU, ``ClockReading``) at the first
+///    timed round trip and the last; the last one opens the run's gate.
 /// 4. The runner raises `isTearingDown` and cancels both sources; each cancel handler closes
-///    its descriptor, and the runner waits for both before it returns the ns per timed round
-///    trip. A cancel is asynchronous, so the other end may still see the hang-up (a read of 0)
+///    its descriptor, and the runner waits for both before it returns wall and CPU ns per
+///    timed round trip. A cancel is asynchronous, so the other end may still see the hang-up (a read of 0)
 ///    before its own cancel lands: that read is expected only once `isTearingDown` is raised.
 enum SourceBenchmarks {
   static let pingPongRoundTrips = 100_000
@@ -39,7 +40,7 @@ enum SourceBenchmarks {
           name: "fd read sources ping-pong on the main queue, 100k round trips (child process)",
           unit: "ns/round trip", direction: .lowerIsBetter, rivalName: "raw libevent",
           target: .ratioAtMost(1.3, "raw libevent"),
-          ours: { MainPingPong.measureInChild() },
+          ours: { ChildProcess.measure(MainPingPong.oursChild) },
           rival: { MainLoopBenchmarks.rawLibeventPingPong(roundTrips: pingPongRoundTrips) }),
         Benchmark(
           key: "timerjitter",
@@ -76,8 +77,8 @@ enum SourceBenchmarks {
     let pair = SocketPair.make()
     let timedRoundTrips: Int
     var remaining: Int
-    var startedAt: UInt64 = 0
-    var finishedAt: UInt64 = 0
+    var startedAt = ClockReading(wall: 0, cpu: 0)
+    var finishedAt = ClockReading(wall: 0, cpu: 0)
     var isFinished = false
     var closedCount = 0
     let done = Latch()
@@ -90,7 +91,7 @@ enum SourceBenchmarks {
 
     /// Sends the first byte from end A (the clock starts here when there is no warm-up).
     func start() {
-      if remaining == timedRoundTrips { startedAt = Stopwatch.now() }
+      if remaining == timedRoundTrips { startedAt = ClockReading.start() }
       send(pair.a)
     }
 
@@ -105,18 +106,19 @@ enum SourceBenchmarks {
     func returned() {
       guard receive(pair.a) else { return }
       remaining -= 1
-      if remaining == timedRoundTrips { startedAt = Stopwatch.now() }
+      if remaining == timedRoundTrips { startedAt = ClockReading.start() }
       if remaining > 0 {
         send(pair.a)
         return
       }
-      finishedAt = Stopwatch.now()
+      finishedAt = ClockReading.end()
       isFinished = true
       done.open()
     }
 
-    var nanosecondsPerRoundTrip: Double {
-      Double(finishedAt - startedAt) / Double(timedRoundTrips)
+    /// Wall and CPU ns per timed round trip.
+    var measurement: Measurement {
+      Measurement(from: startedAt, to: finishedAt, operations: timedRoundTrips)
     }
 
     /// Cancels both sources (through `cancel`) after marking the run as tearing down.
@@ -150,7 +152,7 @@ enum SourceBenchmarks {
 
   // MARK: - two serial queues
 
-  static func oursSerialPingPong(roundTrips: Int) -> Double {
+  static func oursSerialPingPong(roundTrips: Int) -> Measurement {
     let run = PingPong(roundTrips: roundTrips, warmup: warmupRoundTrips)
     let (closedA, closedB) = (Latch(), Latch())
     let sourceA = oursReadSource(
@@ -169,7 +171,7 @@ enum SourceBenchmarks {
     }
     closedA.wait()
     closedB.wait()
-    return run.nanosecondsPerRoundTrip
+    return run.measurement
   }
 
   /// An inactive read source on `fd` whose cancel handler closes `fd`, then calls `closed`.
@@ -191,7 +193,7 @@ enum SourceBenchmarks {
     return source
   }
 
-  static func dispatchSerialPingPong(roundTrips: Int) -> Double {
+  static func dispatchSerialPingPong(roundTrips: Int) -> Measurement {
     let run = PingPong(roundTrips: roundTrips, warmup: warmupRoundTrips)
     let (closedA, closedB) = (Latch(), Latch())
     let sourceA = dispatchReadSource(
@@ -210,7 +212,7 @@ enum SourceBenchmarks {
     }
     closedA.wait()
     closedB.wait()
-    return run.nanosecondsPerRoundTrip
+    return run.measurement
   }
 
   static func dispatchReadSource(

@@ -12,9 +12,11 @@ import LoopDispatch
 ///    Dispatch with `dispatchMain()` (on Linux its main-queue work then runs on pool threads).
 /// 2. Each global hop posts to the main queue; each main hop counts a round trip and posts
 ///    back to the global queue. The first ``warmupRoundTrips`` are not timed (pool start-up).
-/// 3. The last main hop notes the time and ends the run: LoopDispatch's sets `done`, which
-///    `runMain` sees after that loop turn; Dispatch's prints the figure and exits.
-/// 4. The child prints ns per round trip; the parent parses it.
+/// 3. The first timed main hop and the last one read the clocks (wall and the child's own CPU
+///    time, ``ClockReading``); the last one ends the run: LoopDispatch's sets `done`, which
+///    `runMain` sees after that loop turn; Dispatch's reports and exits.
+/// 4. The child reports wall and CPU ns per round trip (``ChildProcess/report(_:)``); the
+///    parent parses them.
 extension SyncTimerBenchmarks {
   enum MainRoundTrip {
     static let oursChild = "ld-main-roundtrip"
@@ -24,27 +26,23 @@ extension SyncTimerBenchmarks {
     // Only touched by the hop running now: each `async` orders one hop's writes before the
     // next hop's reads, and `done` is read on the main thread, where the last hop ran.
     nonisolated(unsafe) static var remaining = 0
-    nonisolated(unsafe) static var startedAt: UInt64 = 0
-    nonisolated(unsafe) static var finishedAt: UInt64 = 0
+    nonisolated(unsafe) static var startedAt = ClockReading(wall: 0, cpu: 0)
+    nonisolated(unsafe) static var finishedAt = ClockReading(wall: 0, cpu: 0)
     nonisolated(unsafe) static var done = false
-
-    /// Runs child mode `name` and returns its figure.
-    static func measureInChild(_ name: String) -> Double {
-      ChildProcess.figure(in: ChildProcess.run(name), of: name)
-    }
 
     /// Counts the round trip that just reached the main queue; false after the last.
     @inline(__always)
     static func countRoundTrip() -> Bool {
       remaining -= 1
-      if remaining == mainRoundTrips { startedAt = Stopwatch.now() }
+      if remaining == mainRoundTrips { startedAt = ClockReading.start() }
       if remaining > 0 { return true }
-      finishedAt = Stopwatch.now()
+      finishedAt = ClockReading.end()
       return false
     }
 
-    static var nanosecondsPerRoundTrip: Double {
-      Double(finishedAt - startedAt) / Double(mainRoundTrips)
+    /// Wall and CPU ns per timed round trip.
+    static var measurement: Measurement {
+      Measurement(from: startedAt, to: finishedAt, operations: mainRoundTrips)
     }
 
     // MARK: LoopDispatch
@@ -67,7 +65,7 @@ extension SyncTimerBenchmarks {
           "main-queue round trips did not finish within 60 s; \(remaining) left\n")
         exit(1)
       }
-      ChildProcess.report(nanosecondsPerRoundTrip)
+      ChildProcess.report(measurement)
     }
 
     // MARK: Dispatch
@@ -78,7 +76,7 @@ extension SyncTimerBenchmarks {
       if countRoundTrip() {
         DispatchQueue.global().async { dispatchOnGlobal() }
       } else {
-        ChildProcess.report(nanosecondsPerRoundTrip)
+        ChildProcess.report(measurement)
       }
     }
 

@@ -24,8 +24,8 @@ enum SyncTimerBenchmarks {
           name: "global → main → global round trips, 100k (child process, main thread)",
           unit: "ns/round trip", direction: .lowerIsBetter, rivalName: "Dispatch",
           target: notSlower,
-          ours: { MainRoundTrip.measureInChild(MainRoundTrip.oursChild) },
-          rival: { MainRoundTrip.measureInChild(MainRoundTrip.dispatchChild) }),
+          ours: { ChildProcess.measure(MainRoundTrip.oursChild) },
+          rival: { ChildProcess.measure(MainRoundTrip.dispatchChild) }),
         Benchmark(
           key: "groupfanout",
           name: "200k empty closures async(group:) on the global queue, then wait()",
@@ -70,23 +70,23 @@ enum SyncTimerBenchmarks {
   // MARK: - group fan-out
 
   /// `items` empty closures submitted with `async(group:)` onto the default global queue,
-  /// then `wait()`; ns per item from the first submission until `wait` returned.
-  static func oursGroupFanOut(items: Int) -> Double {
+  /// then `wait()`; wall and CPU ns per item from the first submission until `wait` returned.
+  static func oursGroupFanOut(items: Int) -> Measurement {
     let queue = Queue.global()
     let group = Group()
-    let start = Stopwatch.now()
+    let start = ClockReading.start()
     for _ in 0..<items { queue.async(group: group) {} }
     group.wait()
-    return Double(Stopwatch.now() - start) / Double(items)
+    return Measurement(from: start, to: .end(), operations: items)
   }
 
-  static func dispatchGroupFanOut(items: Int) -> Double {
+  static func dispatchGroupFanOut(items: Int) -> Measurement {
     let queue = DispatchQueue.global()
     let group = DispatchGroup()
-    let start = Stopwatch.now()
+    let start = ClockReading.start()
     for _ in 0..<items { queue.async(group: group) {} }
     group.wait()
-    return Double(Stopwatch.now() - start) / Double(items)
+    return Measurement(from: start, to: .end(), operations: items)
   }
 
   // MARK: - semaphore ping-pong

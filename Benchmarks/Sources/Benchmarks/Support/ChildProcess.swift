@@ -11,6 +11,9 @@ import Glibc
 /// 3. The parent reads the pipe until end of file, giving up after `timeoutSeconds` (the child
 ///    is then killed and the run fails with the command that reproduces the hang).
 /// 4. A child that exits with a non-zero status or dies of a signal fails the run likewise.
+/// 5. The child ends with ``report(_:)``: its wall figure and, when measured, its own CPU time
+///    (`getrusage(RUSAGE_SELF)` in the child, so the parent's threads are not counted) over the
+///    same section; ``measure(_:)`` runs the child and parses both back into a ``Measurement``.
 enum ChildProcess {
   /// The hidden first argument that selects a child mode in `main.swift`.
   static let flag = "--child"
@@ -88,17 +91,40 @@ enum ChildProcess {
     return String(decoding: bytes, as: UTF8.self)
   }
 
-  /// Prints the figure a child reports to its parent (see ``figure(in:)``) and exits with 0.
-  static func report(_ figure: Double) -> Never {
-    print("figure \(figure)")
+  /// Prints the measurement a child reports to its parent and exits with 0. The format, one
+  /// line each, the second only when the child measured CPU time:
+  ///
+  ///     figure <the wall figure, in the row's unit>
+  ///     cpu <the child's own CPU time over the same interval, ns per operation>
+  static func report(_ measurement: Measurement) -> Never {
+    print("figure \(measurement.wall)")
+    if let cpu = measurement.cpuPerOperation { print("cpu \(cpu)") }
     exit(0)  // Flushes standard output.
   }
 
-  /// The figure in a child's output, as printed by ``report(_:)``.
-  static func figure(in output: String, of name: String) -> Double {
-    for line in output.split(separator: "\n") where line.hasPrefix("figure ") {
-      if let value = Double(line.dropFirst("figure ".count)) { return value }
+  /// The measurement in a child's output, as printed by ``report(_:)``.
+  static func measurement(in output: String, of name: String) -> Measurement {
+    guard let wall = value(labelled: "figure", in: output, of: name) else {
+      benchmarkFailure("child `\(reproduction(name))` printed no figure: \(output)")
     }
-    benchmarkFailure("child `\(reproduction(name))` printed no figure: \(output)")
+    return Measurement(wall: wall, cpuPerOperation: value(labelled: "cpu", in: output, of: name))
+  }
+
+  /// Runs `Benchmarks --child name` and returns the measurement it reported.
+  static func measure(_ name: String) -> Measurement {
+    measurement(in: run(name), of: name)
+  }
+
+  /// The number on the first line of `output` that starts with `label` and a space; nil
+  /// without such a line; fails the run if the rest of the line is not a number.
+  private static func value(labelled label: String, in output: String, of name: String) -> Double? {
+    let prefix = label + " "
+    guard let line = output.split(separator: "\n").first(where: { $0.hasPrefix(prefix) }) else {
+      return nil
+    }
+    guard let value = Double(line.dropFirst(prefix.count)) else {
+      benchmarkFailure("child `\(reproduction(name))` printed a malformed line: \(line)")
+    }
+    return value
   }
 }

@@ -42,13 +42,13 @@ final class Latch: @unchecked Sendable {
 }
 
 /// Counts finished work items down with an atomic; the one that brings the count to zero
-/// notes the time and opens ``done``.
+/// reads the clocks (wall and process CPU, ``ClockReading``) and opens ``done``.
 ///
 /// Submitted closures reach the run in progress through ``active`` and capture nothing, so a
 /// submission costs only what the runtime does (a capture would make every closure retain
 /// and release one shared object). Both sides of a comparison use the same counter.
 final class Countdown: @unchecked Sendable {
-  // @unchecked Sendable: `remaining` is atomic; `finishedAt` is written by the last item
+  // @unchecked Sendable: `remaining` is atomic; `finished` is written by the last item
   // before it opens `done` and read by the waiter after `done.wait()`, which orders the two.
 
   /// The run in progress. Set before the first submission (which orders the write before the
@@ -61,7 +61,7 @@ final class Countdown: @unchecked Sendable {
   // Atomic.
   private let remaining: Atomic<Int>
   let done = Latch()
-  var finishedAt: UInt64 = 0
+  var finished = ClockReading(wall: 0, cpu: 0)
 
   init(total: Int) { remaining = Atomic(total) }
 
@@ -69,19 +69,21 @@ final class Countdown: @unchecked Sendable {
   func tick() {
     // Acquiring and releasing: the last decrement sees every earlier item's effects.
     if remaining.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 {
-      finishedAt = Stopwatch.now()
+      finished = ClockReading.end()
       done.open()
     }
   }
 
-  /// Installs a countdown of `total` items as ``active``, runs `submit` (which returns its
-  /// start time), waits for the last item, uninstalls it and returns the elapsed nanoseconds.
-  static func measure(total: Int, _ submit: () -> UInt64) -> UInt64 {
+  /// Installs a countdown of `total` items as ``active``, runs `submit` (which returns the
+  /// ``ClockReading/start()`` it took before its first submission), waits for the last item,
+  /// uninstalls it and returns ns per item, wall clock and process CPU, from that reading
+  /// until the last item ran.
+  static func measure(total: Int, _ submit: () -> ClockReading) -> Measurement {
     let countdown = Countdown(total: total)
     active = countdown
     defer { active = nil }
     let start = submit()
     countdown.done.wait()
-    return countdown.finishedAt - start
+    return Measurement(from: start, to: countdown.finished, operations: total)
   }
 }

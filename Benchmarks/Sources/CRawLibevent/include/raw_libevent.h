@@ -12,8 +12,10 @@
 /// event_base_loopbreak.
 ///
 /// Returns nanoseconds per round trip (CLOCK_MONOTONIC, from the first write until the loop
-/// returns), or a negative value if setup or I/O failed (errno is left set).
-double raw_libevent_pingpong(int round_trips);
+/// returns), or a negative value if setup or I/O failed (errno is left set). Unless
+/// `cpu_ns_per_round_trip` is NULL, it receives the process's CPU time (user + system,
+/// getrusage RUSAGE_SELF) over the same interval, in nanoseconds per round trip.
+double raw_libevent_pingpong(int round_trips, double *cpu_ns_per_round_trip);
 
 /// The libevent version string of the linked library, e.g. "2.1.12-stable".
 const char *raw_libevent_version(void);
