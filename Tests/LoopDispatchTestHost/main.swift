@@ -16,6 +16,7 @@ let scenarios: [String: () -> Void] = [
   "main-actor": mainActorScenario,
   "main-source-no-spin": mainSourceNoSpin,
   "idle": idleScenario,
+  "idle-cpu": idleCPUScenario,
   "main-stall": mainStallScenario,
   "source-main-read": sourceMainRead,
   "source-main-ping-pong": sourceMainPingPong,
