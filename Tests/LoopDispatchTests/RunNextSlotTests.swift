@@ -31,7 +31,8 @@ import Testing
         if !done.wait(seconds: 10) { slotTestFailure("a round never finished") }
       }
       if mismatches.current != 0 {
-        slotTestFailure("\(mismatches.current) of \(rounds) items ran on another thread than their submitter")
+        slotTestFailure(
+          "\(mismatches.current) of \(rounds) items ran on another thread than their submitter")
       }
       exit(0)
     }
@@ -81,7 +82,9 @@ import Testing
           _ = read(readEnd, &byte, 1)  // Blocks until the slot job has run elsewhere.
           done.open()
         }
-        if !done.wait(seconds: 10) { slotTestFailure("the slot job stayed behind a blocked worker") }
+        if !done.wait(seconds: 10) {
+          slotTestFailure("the slot job stayed behind a blocked worker")
+        }
         close(readEnd)
         close(writeEnd)
       }

@@ -35,7 +35,8 @@ import Testing
       #expect(done.wait())
       let before = writesBefore.load(ordering: .sequentiallyConsistent)
       let after = writesAfter.load(ordering: .sequentiallyConsistent)
-      #expect(after == before, "posts from the loop thread wrote the eventfd \(after - before) times")
+      #expect(
+        after == before, "posts from the loop thread wrote the eventfd \(after - before) times")
       let total = Shared(0)
       let counted = Latch()
       loop.execute {

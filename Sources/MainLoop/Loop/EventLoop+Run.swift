@@ -64,7 +64,8 @@ extension EventLoop {
       if condition() { return .condition }
       if deadline != .distantFuture && Deadline.now >= deadline { return .deadline }
       let mayBlock = prepareToSleep()
-      let result = event_base_loop(base, mayBlock ? cl_evloop_once : cl_evloop_once | cl_evloop_nonblock)
+      let result = event_base_loop(
+        base, mayBlock ? cl_evloop_once : cl_evloop_once | cl_evloop_nonblock)
       if result < 0 { internalBug("event_base_loop failed on loop \"\(name)\"") }
       finishTurn()
       turns.wrappingAdd(1, ordering: .relaxed)
