@@ -37,17 +37,17 @@ import Testing
     relayChild(result)
   }
 
-  /// Bursts submitted while the worker that just ran a job is stopped, by a signal from a
-  /// timer it armed on its own thread, at a moment swept over its first microseconds out of
-  /// work: as if the VM had preempted it while it looked for work. The jobs must meet
-  /// wherever it stopped. A pool that counts a spinning worker as one that will take the
-  /// whole burst, and so wakes no parked worker, strands all but one job of a burst that
-  /// arrives while that worker is stopped mid-spin: without the stop, the spinner takes the
-  /// first job within a few hundred nanoseconds, before the second is submitted, and the
-  /// window is almost never hit.
-  @Test func aBurstWhileTheWorkerThatLooksForWorkIsPreemptedStillMeets() async {
+  /// Bursts submitted while every worker is stopped, each by a signal from a timer it armed on
+  /// its own thread at the end of its last job, at a moment swept over its first
+  /// microseconds out of work: as if the VM had preempted them on their way from their last
+  /// job to sleep. The jobs must meet wherever the workers stopped. A pool that counts a
+  /// spinning worker as one that will take the whole burst, and so wakes no parked worker,
+  /// strands all but one job of a burst that arrives while that worker is stopped mid-spin.
+  /// Without the stop the spinner takes the first job within a few hundred nanoseconds,
+  /// before the second is submitted, so the plain-thread test above almost never hits it.
+  @Test func aBurstOntoWorkersPreemptedOnTheirWayToSleepStillMeets() async {
     let result = await #expect(processExitsWith: .success, observing: childOutput) {
-      runChild(meetingBurstsWhileAWorkerIsFrozen)
+      runChild(meetingBurstsWhileEveryWorkerIsStopped)
     }
     relayChild(result)
   }
@@ -245,9 +245,15 @@ private final class Meeting: Sendable {
   var arrived: Int { arrivals.load(ordering: .sequentiallyConsistent) }
   var left: Int { departures.load(ordering: .sequentiallyConsistent) }
 
-  /// Submits the burst: `size` jobs onto the default global queue, back to back.
-  func submit() {
-    for _ in 0..<size { Queue.global().async { [self] in attend() } }
+  /// Submits the burst: `size` jobs onto the default global queue, back to back. Each job
+  /// runs `afterwards` once it has met the others (or given up), as its last action.
+  func submit(afterwards: @escaping @Sendable () -> Void = {}) {
+    for _ in 0..<size {
+      Queue.global().async { [self] in
+        attend()
+        afterwards()
+      }
+    }
   }
 
   private func attend() {
@@ -264,32 +270,40 @@ private final class Meeting: Sendable {
   }
 }
 
-// MARK: - Meeting bursts with a frozen worker (run in the child process)
+// MARK: - Meeting bursts while every worker is stopped (run in the child process)
 
-/// Bursts with a frozen worker: every (delay) several times at scale 1, once at least.
+/// Bursts with stopped workers: every delay several times at scale 1, once at least.
 private let freezeRounds = Swift.max(
-  freezeDelaysNanoseconds.count, scaled(5 * freezeDelaysNanoseconds.count))
+  freezeDelaysNanoseconds.count, scaled(10 * freezeDelaysNanoseconds.count))
 
-/// When the worker's own timer stops it, after it armed the timer in its job: 0 to 39 µs in
-/// steps of 1 µs (a timer fires 15 to 20 µs late on a VM), so it stops the worker anywhere
-/// from inside the job, through its search for more work (up to some tens of microseconds
-/// of spinning), to after it parked.
-private let freezeDelaysNanoseconds = (0..<40).map { 1 + $0 * 1_000 }
+/// When each worker's own timer stops it, after it armed the timer at the end of its job: 0
+/// to 19.5 µs in steps of 0.5 µs, on top of the timer's own lateness (15 to 20 µs on a VM, a
+/// few on bare metal), so a worker is stopped anywhere from the end of its job, through its
+/// search for more work (up to some tens of microseconds of spinning), to after it parked.
+private let freezeDelaysNanoseconds = (0..<40).map { 1 + $0 * 500 }
 
-/// How long the burst's submitter may take once the worker is frozen before the worker is
-/// let go anyway: the worker may be stopped holding a lock the submission needs (the
-/// pool's, the allocator's), and then the burst goes in after it resumes. Not a
-/// synchronisation: either way the jobs must meet.
+/// Jobs fed to the pool before each round, one per microsecond: each arrives while a worker
+/// spins for work, as in a busy pool (with an adaptive spin, a spin that finds work makes the
+/// next one longer), so the workers leave the round's last jobs the way a busy pool does.
+private let freezeFeedJobs = 16
+
+/// How long the burst's submitter may take once every worker is stopped before they are let
+/// go anyway: a worker may be stopped holding a lock the submission needs (the pool's, the
+/// allocator's), and then the burst goes in after they resume. Not a synchronisation: either
+/// way the jobs must meet.
 private let freezeHoldMilliseconds = 5
 
-/// Each round: a trivial job arms a one-shot timer that signals its own thread after a swept
-/// delay and returns; the signal handler stops that worker (it waits on a semaphore) and
-/// lets a submitter thread go, which submits the burst while the worker is stopped; then the
-/// worker resumes. Skipped under ThreadSanitizer, which defers a signal until the thread
-/// calls into the C library, so it would not stop the worker where the timer fired.
-private func meetingBurstsWhileAWorkerIsFrozen(_ checks: inout ChildChecks) {
+/// Each round: after a short feed, one job per worker meet (so each is on a worker of its
+/// own), each arms a one-shot timer that signals its own thread after the round's delay, and
+/// they return. The signal handler stops each worker where it is (it waits on a semaphore);
+/// once all are stopped, a submitter thread submits the burst; then the workers resume. A
+/// worker stopped while it spins for work counts as searching, the others are parked: the
+/// burst must not be left to the stopped spinner alone. Skipped under ThreadSanitizer, which
+/// defers a signal until the thread calls into the C library, so it would not stop a worker
+/// where its timer fired.
+private func meetingBurstsWhileEveryWorkerIsStopped(_ checks: inout ChildChecks) {
   if dlsym(nil, "__tsan_init") != nil {
-    print("pool hand-off: the frozen-worker bursts are skipped under ThreadSanitizer")
+    print("pool hand-off: the bursts onto stopped workers are skipped under ThreadSanitizer")
     return
   }
   let workers = poolWorkers
@@ -298,35 +312,43 @@ private func meetingBurstsWhileAWorkerIsFrozen(_ checks: inout ChildChecks) {
   for round in 0..<freezeRounds {
     let delay = freezeDelaysNanoseconds[round % freezeDelaysNanoseconds.count]
     let name =
-      "round \(round + 1) of \(freezeRounds) (\(workers) jobs from a plain thread while the"
-      + " worker that ran the last job is stopped \(delay) ns after it armed its timer)"
+      "round \(round + 1) of \(freezeRounds) (\(workers) jobs from a plain thread while every"
+      + " worker is stopped \(delay) ns after it armed its timer at the end of its last job)"
+    let frozenBefore = freeze.count.load(ordering: .acquiring)
     let meeting = Meeting(size: workers)
     let submitted = Atomic<Bool>(false)
     let submitter = startThread {
-      guard waitFreeze(freeze.frozen, seconds: meetingTimeoutSeconds) else { return }
+      for _ in 0..<workers {
+        guard waitFreeze(freeze.frozen, seconds: meetingTimeoutSeconds) else { return }
+      }
       meeting.submit()
       submitted.store(true, ordering: .releasing)
     }
-    let chain = FreezeChain(delay: delay)
-    chain.start()
-    let frozenBy = Deadline.now + .seconds(meetingTimeoutSeconds)
-    while !submitted.load(ordering: .acquiring) && Deadline.now < frozenBy {
-      if freeze.count.load(ordering: .acquiring) > round {
-        // Frozen: give the submitter its bounded time, then let the worker go.
-        let holdUntil = Deadline.now + .milliseconds(freezeHoldMilliseconds)
-        _ = spin(seconds: meetingTimeoutSeconds) {
-          submitted.load(ordering: .acquiring) || Deadline.now >= holdUntil
-        }
-        break
+    for _ in 0..<freezeFeedJobs {
+      Queue.global().async {}
+      busyWait(microseconds: 1)
+    }
+    let prelude = FreezingMeeting(size: workers, delay: delay)
+    prelude.submit()
+    let allStopped = spin(seconds: meetingTimeoutSeconds) {
+      freeze.count.load(ordering: .acquiring) - frozenBefore >= workers
+    }
+    if allStopped {
+      let holdUntil = Deadline.now + .milliseconds(freezeHoldMilliseconds)
+      _ = spin(seconds: meetingTimeoutSeconds) {
+        submitted.load(ordering: .acquiring) || Deadline.now >= holdUntil
       }
     }
-    let froze = freeze.count.load(ordering: .acquiring) > round
-    sem_post(freeze.thaw)
+    let stopped = freeze.count.load(ordering: .acquiring) - frozenBefore
+    for _ in 0..<stopped { sem_post(freeze.thaw) }
     pthread_join(submitter, nil)
-    guard checks.expect(froze, "\(name): the timer's signal did not stop the worker") else {
-      return
-    }
-    chain.deleteTimer()
+    guard
+      checks.expect(
+        allStopped,
+        "\(name): the timers' signals stopped \(stopped) of \(workers) workers (the jobs that"
+          + " armed them: \(prelude.meeting.arrived) of \(workers) met)")
+    else { return }
+    prelude.deleteTimers()
     guard meeting.allArrived.wait(seconds: meetingTimeoutSeconds) else {
       let arrived = meeting.arrived
       let stats = RuntimeStats.current
@@ -347,43 +369,37 @@ private func meetingBurstsWhileAWorkerIsFrozen(_ checks: inout ChildChecks) {
     else { return }
   }
   print(
-    "pool hand-off: \(freezeRounds) meeting bursts of \(workers) jobs while a worker was"
+    "pool hand-off: \(freezeRounds) meeting bursts of \(workers) jobs while every worker was"
       + " stopped, in \(formatSeconds(Deadline.now - start)) s")
 }
 
-/// Jobs in each round's chain.
-private let freezeChainLength = 24
-
-/// A chain of trivial jobs, each submitting the next from the pool, so the workers take
-/// turns and each finds the next job while it spins (with the pool's adaptive spin, a spin
-/// that finds work makes the next one longer): at the end the worker that ran the last job
-/// but one spins for as long as the pool lets it. That job arms the freeze timer on its own
-/// thread.
+/// One job per worker that meet, then each arms the freeze timer on its own thread and
+/// returns.
 ///
-/// Thread-safety: any thread; `timer` is atomic.
-private final class FreezeChain: Sendable {
+/// Thread-safety: any thread; the meeting is, and the timer list is locked.
+private final class FreezingMeeting: Sendable {
+  let meeting: Meeting
   let delay: Int
-  /// The timer's id as a bit pattern (ids start at 0), or -1 until it is armed.
-  private let timer = Atomic<Int>(-1)
+  /// The timers' ids as bit patterns, as they are armed.
+  private let timers = Locked([Int]())
 
-  init(delay: Int) { self.delay = delay }
+  init(size: Int, delay: Int) {
+    meeting = Meeting(size: size)
+    self.delay = delay
+  }
 
-  func start() { Queue.global().async { [self] in run(step: 0) } }
-
-  private func run(step: Int) {
-    if step == freezeChainLength - 2 {
-      timer.store(armFreezeTimer(afterNanoseconds: delay), ordering: .releasing)
-    }
-    if step < freezeChainLength - 1 {
-      Queue.global().async { [self] in run(step: step + 1) }
+  func submit() {
+    meeting.submit { [self] in
+      let timer = armFreezeTimer(afterNanoseconds: delay)
+      timers.withLock { $0.append(timer) }
     }
   }
 
-  /// Deletes the timer once the job that armed it stored it (after it fired: it may fire
+  /// Deletes the timers once every job stored its own (after they fired: a timer may fire
   /// inside `armFreezeTimer`, before the store).
-  func deleteTimer() {
-    _ = spin(seconds: meetingTimeoutSeconds) { timer.load(ordering: .acquiring) != -1 }
-    timer_delete(timer_t(bitPattern: timer.load(ordering: .acquiring)))
+  func deleteTimers() {
+    _ = spin(seconds: meetingTimeoutSeconds) { timers.value.count == meeting.size }
+    for timer in timers.value { timer_delete(timer_t(bitPattern: timer)) }
   }
 }
 
