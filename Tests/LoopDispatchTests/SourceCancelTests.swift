@@ -334,12 +334,26 @@ func runSourceChurn(total: Int, threads: Int) -> [String] {
   return problems.withLock { $0 }
 }
 
-/// How many descriptors the process has open (the directory stream's own included).
+/// How many descriptors the process has open, not
+/// counting files under /proc (this directory stream is one): the pool supervisor opens a worker's
+/// `/proc/self/task/<tid>/stat` for a moment whenever it checks for blocked workers, which
+/// can coincide with a count.
 func openDescriptorCount() -> Int {
   guard let directory = opendir("/proc/self/fd") else { return -1 }
   defer { closedir(directory) }
   var count = 0
-  while readdir(directory) != nil { count += 1 }
+  while let entry = readdir(directory) {
+    let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+      String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+    }
+    var target = [CChar](repeating: 0, count: 256)
+    let length = readlink("/proc/self/fd/\(name)", &target, target.count - 1)
+    if length > 0 {
+      let path = String(decoding: target[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+      if path.hasPrefix("/proc/") { continue }
+    }
+    count += 1
+  }
   return count
 }
 

@@ -52,6 +52,15 @@ enum ConcurrencyBenchmarks {
           target: .ratioAtMost(1.0, "Dispatch"),
           ours: { ChildProcess.measure(MainActorRoundTrip.oursChild) },
           rival: { ChildProcess.measure(MainActorRoundTrip.dispatchChild) }),
+        Benchmark(
+          key: "actorinstalled",
+          name:
+            "100k await actor.increment() from a task, ConcurrencyIntegration.install() (child process)",
+          unit: "ns/call", direction: .lowerIsBetter,
+          rivalName: "actor on a serial DispatchQueue",
+          target: .ratioAtMost(0.1, "DispatchQueue actor"),
+          ours: { ChildProcess.measure(InstalledActor.oursChild) },
+          rival: { ChildProcess.measure(InstalledActor.dispatchChild) }),
       ])
   }
 
@@ -59,6 +68,8 @@ enum ConcurrencyBenchmarks {
   static let childModes: [String: @Sendable () -> Never] = [
     MainActorRoundTrip.oursChild: MainActorRoundTrip.runOursChild,
     MainActorRoundTrip.dispatchChild: MainActorRoundTrip.runDispatchChild,
+    InstalledActor.oursChild: InstalledActor.runOursChild,
+    InstalledActor.dispatchChild: InstalledActor.runDispatchChild,
   ]
 }
 
