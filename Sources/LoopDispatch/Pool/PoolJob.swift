@@ -12,6 +12,9 @@ enum PoolJob: Sendable {
   /// An item of a custom queue targeting a global queue: it names the thread itself.
   case childItem(@Sendable () -> Void)
   case runnable(any PoolRunnable)
+  /// An item submitted to a global queue with `async(group:)`: leaves the group when done.
+  /// (Carried in the job itself, not in a wrapping closure: one allocation less per item.)
+  case grouped(@Sendable () -> Void, Group)
 
   @inline(__always)
   func run() {
@@ -21,6 +24,10 @@ enum PoolJob: Sendable {
       body()
     case .childItem(let body): body()
     case .runnable(let target): target.runFromPool()
+    case .grouped(let body, let group):
+      ThreadName.showOwnName()
+      body()
+      group.leave()
     }
   }
 }

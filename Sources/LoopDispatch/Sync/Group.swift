@@ -93,6 +93,10 @@ extension Queue {
     group: Group, flags: Flags = [], execute work: @escaping @Sendable () -> Void
   ) {
     group.enter()
+    if case .root(let priority) = kind {
+      WorkerPool.shared.submit(.grouped(work, group), priority: priority)
+      return
+    }
     async(flags: flags) {
       work()
       group.leave()
