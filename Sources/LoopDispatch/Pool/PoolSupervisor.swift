@@ -43,6 +43,9 @@ final class PoolSupervisor: @unchecked Sendable {
 
   func register(_ worker: Worker) { workers.withLock { $0.append(worker) } }
 
+  /// The workers now (a copy).
+  func registeredWorkers() -> [Worker] { workers.withLock { $0 } }
+
   func unregister(_ worker: Worker) {
     workers.withLock { list in list.removeAll { $0 === worker } }
   }
@@ -84,8 +87,10 @@ final class PoolSupervisor: @unchecked Sendable {
       word.wait(whileEqualTo: 0, timeoutNanoseconds: tickNanoseconds)
       let started = pool.jobsStarted.load(ordering: .relaxed)
       defer { lastStarted = started }
-      // A slot whose owner has not come back for a tick goes to its lane (counted below).
-      _ = pool.rescueStrandedRunNext(among: workers.withLock { $0 })
+      // A slot or batch whose owner has not come back for a tick goes to its lane.
+      let registered = registeredWorkers()
+      _ = pool.rescueStrandedRunNext(among: registered)
+      _ = pool.rescueStrandedBatches(among: registered)
       guard started == lastStarted, pool.pendingJobs.load(ordering: .relaxed) > 0 else { continue }
       // Jobs waited a whole tick and none started. A parked worker means a wake-up was missed
       // (or a rescued slot job needs one): wake it rather than grow.

@@ -35,6 +35,21 @@ final class Worker: @unchecked Sendable {
   /// Atomic. Whether `runNext` is filled (see above).
   let hasRunNext = Atomic<Bool>(false)
 
+  // The batch (`WorkerPool+Batch.swift`).
+  /// Jobs this worker moved out of a long lane in one go, with their lane. Protected by its
+  /// own lock (taken after the pool's lock when both are held); stealable.
+  let batch = LockedValue(WorkerBatch())
+  /// Atomic. How many jobs `batch` holds (a hint, written under its lock).
+  let batchCount = Atomic<Int>(0)
+  /// Atomic. Jobs this worker started (written by the worker only; the supervisor reads it
+  /// to tell a worker stuck in one job).
+  let progress = Atomic<UInt64>(0)
+  /// `progress` when the supervisor last looked. Only touched by the supervisor.
+  var progressSeenBySupervisor: UInt64 = 0
+  /// Jobs finished per lane not yet added to the lanes' figures (done at the worker's next
+  /// pool-lock acquisition). Only touched by the worker.
+  var uncountedCompletions = [UInt64](repeating: 0, count: Priority.allCases.count)
+
   /// The worker whose thread is calling, or nil off the pool.
   static var current: Worker? {
     // Safe: the slot is set by `main()` to its own worker for as long as the thread runs
@@ -57,16 +72,16 @@ final class Worker: @unchecked Sendable {
     defer { ThreadSlots.setWorker(nil) }
     // Registered with the supervisor by `WorkerPool.spawnWorker`, before this thread ran.
     defer { pool.supervisor.unregister(self) }
-    // The priority of the job that just finished, until the pool has counted it.
-    var finished: Priority?
     while true {
-      if let (job, priority) = pool.takeJob(for: self, finished: &finished) {
+      if let (job, priority) = pool.takeBatched(for: self) ?? pool.takeJob(for: self)
+        ?? pool.steal(for: self)
+      {
         run(job, from: Queue.global(priority))
-        finished = priority
+        uncountedCompletions[priority.rawValue] &+= 1
         continue
       }
       if spinForWork() { continue }
-      if !park(finished: &finished) { return }  // Retired.
+      if !park() { return }  // Retired.
     }
   }
 
@@ -75,6 +90,8 @@ final class Worker: @unchecked Sendable {
   private func run(_ job: PoolJob, from root: Queue) {
     busy.store(true, ordering: .relaxed)
     pool.jobsStarted.wrappingAdd(1, ordering: .relaxed)
+    // Single writer: a plain load and store.
+    progress.store(progress.load(ordering: .relaxed) &+ 1, ordering: .relaxed)
     ThreadFrame.with(root, exclusive: false) { job.run() }
     busy.store(false, ordering: .relaxed)
   }
@@ -103,11 +120,12 @@ final class Worker: @unchecked Sendable {
 
   /// Parks until woken, first recording the completion of its last job. Returns false if
   /// this extra worker retired instead.
-  private func park(finished: inout Priority?) -> Bool {
+  private func park() -> Bool {
     let mustPark = pool.state.withLock { state -> Bool in
-      if let done = finished.take() { state.laneStats[done.rawValue].completed &+= 1 }
+      pool.countCompletions(of: self, &state)
       if runNext != nil { return false }
-      for lane in state.lanes where !lane.isEmpty { return false }
+      // Jobs in the lanes or in other workers' batches (which it can steal): do not park.
+      if pool.pendingJobs.load(ordering: .relaxed) > 0 { return false }
       parkWord.atomic.pointee.store(1, ordering: .relaxed)
       state.idle.append(self)
       return true

@@ -66,19 +66,22 @@ extension WorkerPool {
   private func moveRunNextToLane(of owner: Worker, state: inout State) {
     guard let slot = owner.runNext else { return }
     clearRunNext(of: owner)
-    state.lanes[slot.priority.rawValue].append(slot.timed)
+    appendToLane(slot.priority.rawValue, slot.timed, &state)
     pendingJobs.wrappingAdd(1, ordering: .sequentiallyConsistent)
   }
 
-  /// The calling worker is about to sleep in a blocking wait: its slot job goes to its lane
-  /// (and a parked worker is woken for it), since the owner cannot run it now — it may be the
-  /// very job the wait is for (rule 4). Cheap (one thread-local read) off the pool or with an
+  /// The calling worker is about to sleep in a blocking wait: its slot job goes to its lane,
+  /// and its batch back to the front of its lane (and a parked worker is woken for them),
+  /// since the owner cannot run them now — one may be the very job the wait is for (rule 4). Cheap (one thread-local read) off the pool or with an
   /// empty slot. Any thread.
   static func flushBeforeBlocking() {
-    guard let worker = Worker.current, worker.hasRunNext.load(ordering: .relaxed) else { return }
+    guard let worker = Worker.current,
+      worker.hasRunNext.load(ordering: .relaxed) || worker.batchCount.load(ordering: .relaxed) > 0
+    else { return }
     let pool = worker.pool
     let wake: Wake = pool.state.withLock { state in
       pool.moveRunNextToLane(of: worker, state: &state)
+      pool.returnBatch(of: worker, &state)
       if pool.searching.load(ordering: .sequentiallyConsistent) > 0 { return .supervisor }
       if let parked = state.idle.popLast() { return .worker(parked) }
       return .supervisor

@@ -56,8 +56,11 @@ final class WorkerPool: @unchecked Sendable {
 
   /// Protected by: its own lock.
   let state = LockedValue(State(), adaptive: true)
-  /// Atomic. Jobs in the lanes (a hint for spinning and for the supervisor; the lanes under
-  /// the lock are the truth).
+  /// Atomic. Bit `n` set while lane `n` is not empty (written under the lock; a hint for a
+  /// worker running its batch without the lock, see `WorkerPool+Batch.swift`).
+  let occupiedLanes = Atomic<UInt8>(0)
+  /// Atomic. Jobs in the lanes and in workers' batches (a hint for spinning and for the
+  /// supervisor; the lanes under the lock are the truth).
   let pendingJobs = Atomic<Int>(0)
   /// Atomic. Jobs waiting in run-next slots (not in `pendingJobs`: spinning workers leave
   /// them to their owners; the supervisor watches them).
@@ -106,7 +109,7 @@ final class WorkerPool: @unchecked Sendable {
       if let owner, fillRunNext(of: owner, with: timed, priority: priority) {
         return .supervisor
       }
-      state.lanes[priority.rawValue].append(timed)
+      appendToLane(priority.rawValue, timed, &state)
       // Sequentially consistent: pairs with a spinner's increment of `searching` followed by
       // its load of `pendingJobs` (Dekker): either it sees this job, or we see it searching.
       pendingJobs.wrappingAdd(1, ordering: .sequentiallyConsistent)
@@ -149,11 +152,12 @@ final class WorkerPool: @unchecked Sendable {
   }
 
   /// Takes `worker`'s next job: its run-next slot when that may go first (see
-  /// `WorkerPool+RunNext.swift`), else the first job of the highest non-empty lane; records
-  /// its wait, and the completion of the caller's previous job (`finished`, set to nil once
-  /// recorded). Wakes a parked worker when more jobs wait (`chainedWake`). Worker threads.
+  /// `WorkerPool+RunNext.swift`), else the first job of the highest non-empty lane (and,
+  /// from a long lane, a batch more: `WorkerPool+Batch.swift`); records its wait and the
+  /// worker's uncounted completions. Wakes a parked worker when more jobs wait
+  /// (`chainedWake`). Worker threads.
   @inline(__always)
-  func takeJob(for worker: Worker, finished: inout Priority?) -> (PoolJob, Priority)? {
+  func takeJob(for worker: Worker) -> (PoolJob, Priority)? {
     if pendingJobs.load(ordering: .relaxed) == 0 && !worker.hasRunNext.load(ordering: .relaxed) {
       return nil
     }
@@ -161,17 +165,18 @@ final class WorkerPool: @unchecked Sendable {
     // wait is then not counted as queue wait, a bias of one lock hand-off at most.
     let now = Ticks.now()
     let (taken, wake): ((PoolJob, Priority)?, Wake) = state.withLock { state in
-      if let done = finished.take() { state.laneStats[done.rawValue].completed &+= 1 }
+      countCompletions(of: worker, &state)
       if let slot = takeRunNext(of: worker, state: &state) {
         state.laneStats[slot.priority.rawValue].recordStart(
           enqueuedAt: slot.timed.enqueuedAt, now: now)
         return ((slot.timed.job, slot.priority), chainedWake(&state))
       }
       for lane in 0..<state.lanes.count {
-        if let timed = state.lanes[lane].popFirst() {
+        if let timed = popLane(lane, &state) {
           pendingJobs.wrappingSubtract(1, ordering: .relaxed)
           worker.runNextStreak = 0
           state.laneStats[lane].recordStart(enqueuedAt: timed.enqueuedAt, now: now)
+          refillBatch(of: worker, from: lane, &state, now: now)
           return ((timed.job, Priority(rawValue: lane)!), chainedWake(&state))
         }
       }
