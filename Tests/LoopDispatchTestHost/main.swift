@@ -23,6 +23,7 @@ let scenarios: [String: () -> Void] = [
   "source-main-data-and-timers": sourceMainDataAndTimers,
   "source-main-signal": sourceMainSignal,
   "thread-failure": threadFailureScenario,
+  "reused-number-main": reusedNumberMainScenario,
 ]
 
 guard CommandLine.arguments.count == 2, let scenario = scenarios[CommandLine.arguments[1]] else {

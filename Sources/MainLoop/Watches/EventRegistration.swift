@@ -38,6 +38,14 @@ final class EventRegistration: @unchecked Sendable {
   private var completions: [@Sendable () -> Void] = []
   /// Atomic; see the walk-through.
   private let cancelled = Atomic<Bool>(false)
+  /// For fd watches: the descriptor, and the identity (device, inode) its file had when the
+  /// event was added (see `EventLoop+Descriptors.swift`). Only touched on the loop thread.
+  private(set) var watchedFD: Int32 = -1
+  private(set) var fileIdentity = FileIdentity(device: 0, inode: 0)
+  /// Set when a newer watch on a reused descriptor number took the event out of the base:
+  /// this registration never fires again (its file was closed), and `rearmOnLoop` does
+  /// nothing. Only touched on the loop thread.
+  private var evicted = false
 
   init(
     loop: EventLoop, descriptor: String, onRemoved: (@Sendable () -> Void)? = nil,
@@ -58,6 +66,18 @@ final class EventRegistration: @unchecked Sendable {
     if isCancelled {
       finish()
       return 0
+    }
+    var identity: FileIdentity?
+    if fd >= 0 && events & cl_ev_signal == 0 {
+      // A number closed and reused while an older watch is still registered on it: libevent
+      // still counts that watch's interest, so it would not tell epoll about ours (the kernel
+      // dropped the old registration when the file closed). Take the stale ones out first.
+      guard let current = FileIdentity(of: fd) else {
+        finish()
+        return EBADF
+      }
+      loop.evictStaleWatches(on: fd, keeping: current)
+      identity = current
     }
     // Safe: the context pointer stays valid because the loop holds a +1 retain on `self`
     // from here until `finish()`, which runs only after `event_free`.
@@ -83,6 +103,11 @@ final class EventRegistration: @unchecked Sendable {
     event = created
     state = .added
     loop.registrationAdded()
+    if let identity {
+      watchedFD = fd
+      fileIdentity = identity
+      loop.recordWatch(self, on: fd)
+    }
     return 0
   }
 
@@ -105,7 +130,7 @@ final class EventRegistration: @unchecked Sendable {
   /// only. No effect once cancelled or removed, or on a persistent event that is not paused
   /// (so no system call is made for it).
   func rearmOnLoop(oneShot: Bool) {
-    guard state == .added, !isCancelled, let event, oneShot || paused else { return }
+    guard state == .added, !isCancelled, !evicted, let event, oneShot || paused else { return }
     paused = false
     if event_add(event, nil) != 0 {
       internalBug("event_add failed re-arming \(descriptor): errno \(errno)")
@@ -114,8 +139,19 @@ final class EventRegistration: @unchecked Sendable {
 
   /// Takes a persistent event out of the base until `rearmOnLoop`. Loop thread only.
   func pauseOnLoop() {
-    guard state == .added, !paused, let event else { return }
+    guard state == .added, !paused, !evicted, let event else { return }
     paused = true
+    event_del(event)
+  }
+
+  /// Takes the event out of the base for good because its descriptor's number now names
+  /// another file (see `addOnLoop`). The registration stays until cancelled, so its cancel
+  /// protocol is unchanged. Loop thread only.
+  func evictOnLoop() {
+    guard state == .added, !evicted, let event else { return }
+    evicted = true
+    // libevent removes its interest; epoll's answer (ENOENT: the number's new file was never
+    // added) is ignored by libevent's epoll backend.
     event_del(event)
   }
 
@@ -144,6 +180,7 @@ final class EventRegistration: @unchecked Sendable {
         self.event = nil
       }
       loop.registrationRemoved()
+      if watchedFD >= 0 { loop.forgetWatch(self, on: watchedFD) }
       // Drop the loop's retain, taken in `addOnLoop`, after running completions.
       let retained = Unmanaged.passUnretained(self)
       finish()

@@ -1,0 +1,117 @@
+import Glibc
+import LoopDispatch
+import Synchronization
+import TestSupport
+import Testing
+
+/// A source on a descriptor number that was closed and reused fires normally, in both orders
+/// of cancel and close; the old source never fires for the new file and its cancel handler
+/// still runs exactly once. (Before, a number closed while its source was registered and
+/// then reused never fired for a new source: libevent still counted the old interest.)
+@Suite struct SourceReusedNumberTests {
+  /// The old read end is closed while its source is still registered; the number is reused
+  /// (forced with `dup2`) by a new pipe whose source must fire. Many rounds, serial target.
+  @Test func aNumberClosedWhileWatchedFiresForItsNextSource() async {
+    // In a child process: the rounds close and `dup2` descriptor numbers, which must not
+    // clobber the descriptors of tests running in parallel.
+    await #expect(processExitsWith: .success) {
+      do {
+        try runReuseRounds(cancelFirst: false, queue: Queue(label: "reuse-closed-while-watched"))
+      } catch { reuseFailure("\(error)") }
+      exit(0)
+    }
+  }
+
+  /// The same with the old source cancelled before its descriptor is closed.
+  @Test func aNumberClosedAfterCancelFiresForItsNextSource() async {
+    await #expect(processExitsWith: .success) {
+      do {
+        try runReuseRounds(cancelFirst: true, queue: Queue(label: "reuse-cancelled-first"))
+      } catch { reuseFailure("\(error)") }
+      exit(0)
+    }
+  }
+
+  /// The same with sources on the main queue (persistent watches on the main loop), driven
+  /// by a child process's main thread.
+  @Test func mainQueueSourcesOnAReusedNumberFire() {
+    let result = runProgram("LoopDispatchTestHost", ["reused-number-main"])
+    #expect(result.status == 0, "\(result.output)\(result.errorOutput)")
+    #expect(result.output.contains("ok reused-number-main"), "\(result.output)")
+  }
+}
+
+/// Rounds of: source A on pipe 1's read end, activated; (cancel A, wait for its cancel
+/// handler, if `cancelFirst`); close A's descriptor; give a new pipe's read end the same
+/// number; source B on it; write to the new pipe: B must fire, A must not. Then cancel
+/// whatever is left and check each cancel handler ran once.
+private func runReuseRounds(cancelFirst: Bool, queue: Queue) throws {
+  let rounds = Swift.max(20, Int(200 * testScale))
+  for round in 0..<rounds {
+    let first = try makePipe()
+    let oldFired = Counter()
+    let oldCancelled = Counter()
+    let oldCancelRan = Latch()
+    let old = try ReadSource(fd: first.read, queue: queue)
+    old.setEventHandler { _ = oldFired.increment() }
+    old.setCancelHandler {
+      _ = oldCancelled.increment()
+      oldCancelRan.open()
+    }
+    old.activate()
+    if cancelFirst {
+      old.cancel()
+      if !oldCancelRan.wait() { reuseFailure("round \(round): the old cancel handler never ran") }
+    }
+    let number = first.read
+    close(first.read)
+    close(first.write)
+    let second = try makePipe()
+    // The new pipe usually takes the freed number itself; otherwise force the reuse.
+    if second.read != number {
+      if dup2(second.read, number) != number { reuseFailure("dup2 failed") }
+      close(second.read)
+    }
+    let fired = Latch()
+    let newCancelled = Latch()
+    let new = try ReadSource(fd: number, queue: queue)
+    new.setEventHandler { [unowned new] in
+      _ = drain(new.fd)
+      fired.open()
+    }
+    new.setCancelHandler { newCancelled.open() }
+    new.activate()
+    _ = writeBytes(second.write, 1)
+    if !fired.wait(seconds: 10) {
+      reuseFailure("round \(round): the source on the reused number never fired")
+    }
+    new.cancel()
+    if !newCancelled.wait() { reuseFailure("round \(round): the new cancel handler never ran") }
+    if !cancelFirst {
+      old.cancel()
+      if !oldCancelRan.wait() { reuseFailure("round \(round): the old cancel handler never ran") }
+    }
+    if oldFired.current != 0 {
+      reuseFailure("round \(round): the old source fired for the new file")
+    }
+    if oldCancelled.current != 1 {
+      reuseFailure("round \(round): the old cancel handler ran \(oldCancelled.current) times")
+    }
+    close(number)
+    close(second.write)
+  }
+}
+
+/// Ends the child process with a message on standard error.
+private func reuseFailure(_ message: String) -> Never {
+  let line = Array("SourceReusedNumberTests: \(message)\n".utf8)
+  _ = line.withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
+  exit(1)
+}
+
+/// `LOOPDISPATCH_TEST_SCALE` (default 1).
+private var testScale: Double {
+  guard let raw = getenv("LOOPDISPATCH_TEST_SCALE"), let value = Double(String(cString: raw))
+  else { return 1 }
+  return value
+}
