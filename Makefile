@@ -19,9 +19,10 @@ deps:
 build: deps
 	$(SWIFT) build $(WERROR)
 
-## run: the main job: the HTTP server example on 127.0.0.1:8080 (Ctrl-C stops it cleanly).
+## run: the main job: the HTTP server example on 127.0.0.1:8080, an optimised build (Ctrl-C
+## stops it cleanly).
 run: deps
-	$(SWIFT) run $(WERROR) Examples serve
+	$(SWIFT) run -c release $(WERROR) Examples serve
 
 ## test: lint, every test (debug, then release), then every test again under AddressSanitizer
 ## with LeakSanitizer and under ThreadSanitizer (sizes scaled down there; see
@@ -62,9 +63,15 @@ bench: deps
 docs: deps
 	SWIFT=$(SWIFT) scripts/build-docs.sh
 
-## bench-http: wrk against `Examples serve` and the same server on Apple's Dispatch, 127.0.0.1 only.
+## bench-http: wrk against `Examples serve` (built as `make run` builds it), the same server on
+## Apple's Dispatch and the same routes on libevent's evhttp in C, 127.0.0.1 only; installs wrk
+## (apt-get) when it is missing. RUNS, DURATION, CONNECTIONS, ROUTES: see the script.
 bench-http: deps
-	Benchmarks/scripts/wrk-servers.sh
+	@if ! command -v wrk >/dev/null 2>&1; then \
+	  echo "Installing wrk with apt-get..."; \
+	  $(SUDO) apt-get update && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y wrk; \
+	fi
+	SWIFT=$(SWIFT) Benchmarks/scripts/wrk-servers.sh
 
 ## lint: swift format lint --strict on every tracked Swift file.
 lint:

@@ -1,5 +1,6 @@
 // swift-tools-version: 6.0
-// LoopDispatch benchmarks: LoopDispatch against raw libevent and Apple's Dispatch, one table.
+// LoopDispatch benchmarks: LoopDispatch against raw libevent and Apple's Dispatch, one table;
+// and the HTTP servers that scripts/wrk-servers.sh (`make bench-http`) loads with wrk.
 // Run from the repository root with `make bench`, or here with
 // `swift run -c release Benchmarks [filter...] [--repeat N]`.
 import PackageDescription
@@ -31,6 +32,13 @@ let package = Package(
       name: "DispatchServe",
       dependencies: [.product(name: "ExampleHTTP", package: "LoopDispatch")],
       swiftSettings: [.enableUpcomingFeature("ExistentialAny")]
+    ),
+    // The same routes on libevent's own HTTP server (evhttp), in C, on one event_base and one
+    // thread: the third server that scripts/wrk-servers.sh loads.
+    .executableTarget(
+      name: "EvhttpServe",
+      cSettings: [.unsafeFlags(["-Wall", "-Wextra", "-Werror"])],
+      linkerSettings: [.linkedLibrary("event_extra"), .linkedLibrary("event_core")]
     ),
   ],
   swiftLanguageModes: [.v6]

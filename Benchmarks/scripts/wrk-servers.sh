@@ -1,18 +1,25 @@
 #!/usr/bin/env bash
-# wrk against the LoopDispatch HTTP server (`Examples serve`, root package) and the same server
-# written with Apple's Dispatch (`DispatchServe`, this package), on 127.0.0.1 only.
+# wrk against three HTTP servers with the same routes and answers, on 127.0.0.1 only:
+#   LoopDispatch  `Examples serve` (root package), built as `make run` builds it (release,
+#                 warnings as errors), so the binary measured is the one a user runs;
+#   Dispatch      the same server written with Apple's Dispatch (`DispatchServe`, this package);
+#   evhttp        the routes on libevent's own HTTP server in C (`EvhttpServe`, this package):
+#                 one event_base, one thread, /hash computed inline on the loop thread.
 #
-# For each run (the order of the two servers alternates from run to run), each server is started
-# on a free port (--port 0, the port parsed from its "listening on" line), probed, loaded with
+# For each run (the order of the servers rotates from run to run, so each goes first, second and
+# third in turn), each server is started on a free port (--port 0, the port parsed from its
+# "listening on" line), probed, loaded with
 #   wrk -t$THREADS -c$CONNECTIONS -d$DURATION --latency http://127.0.0.1:PORT/ROUTE
 # for every route, then stopped with SIGTERM; it must exit 0 within 10 s. Prints a Markdown table
-# per run and one of medians: requests/s, p99 latency, ratio LoopDispatch/Dispatch (requests/s).
+# per run and one of medians: requests/s, p99 latency, and the ratios LoopDispatch/Dispatch and
+# LoopDispatch/evhttp (requests/s; above 1 means LoopDispatch served more).
 #
 # Environment: RUNS (3), DURATION (10s), CONNECTIONS (64), THREADS (2),
 #   ROUTES ("/ /hash?bytes=1000"), EXAMPLES_ROOT (the package that builds `Examples`; default
 #   the repository root), DISPATCH_ARGS (extra DispatchServe flags, e.g. "--idle-timer after"),
-#   SKIP_BUILD=1 (use the existing release binaries). Raw wrk output is kept in a temporary
-#   directory whose path is printed at the end.
+#   EVHTTP_ARGS (extra EvhttpServe flags), SKIP_BUILD=1 (use the existing release binaries).
+#   Raw wrk output and server logs are kept in a temporary directory whose path is printed at
+#   the end.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -26,18 +33,26 @@ CONNECTIONS="${CONNECTIONS:-64}"
 THREADS="${THREADS:-2}"
 read -r -a routes <<<"${ROUTES:-/ /hash?bytes=1000}"
 read -r -a dispatch_args <<<"${DISPATCH_ARGS:-}"
+read -r -a evhttp_args <<<"${EVHTTP_ARGS:-}"
+servers=(LoopDispatch Dispatch evhttp)
 
 if ! command -v wrk >/dev/null 2>&1; then
   echo "wrk not found; install it with: apt-get install -y wrk" >&2
   exit 1
 fi
 
+# The flags of the Makefile's `run` target: the same flags build the same binary (other flags
+# would make `make run` and this script rebuild each other's products).
+werror=(-Xswiftc -warnings-as-errors)
 if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
-  (cd "$examples_root" && "$SWIFT" build -c release --product Examples)
-  (cd "$benchmarks" && "$SWIFT" build -c release --product DispatchServe)
+  (cd "$examples_root" && "$SWIFT" build -c release "${werror[@]}" --product Examples)
+  (cd "$benchmarks" && "$SWIFT" build -c release "${werror[@]}" --product DispatchServe)
+  (cd "$benchmarks" && "$SWIFT" build -c release "${werror[@]}" --product EvhttpServe)
 fi
-loopdispatch_bin="$(cd "$examples_root" && "$SWIFT" build -c release --show-bin-path)/Examples"
-dispatch_bin="$(cd "$benchmarks" && "$SWIFT" build -c release --show-bin-path)/DispatchServe"
+loopdispatch_bin="$(cd "$examples_root" && "$SWIFT" build -c release "${werror[@]}" --show-bin-path)/Examples"
+benchmarks_bin="$(cd "$benchmarks" && "$SWIFT" build -c release "${werror[@]}" --show-bin-path)"
+dispatch_bin="$benchmarks_bin/DispatchServe"
+evhttp_bin="$benchmarks_bin/EvhttpServe"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/wrk-servers.XXXXXX")"
 results="$work/results.tsv"  # run, server, route, requests/s, p99 in ms
@@ -57,6 +72,7 @@ start_server() {
   case "$name" in
     LoopDispatch) "$loopdispatch_bin" serve --port 0 >"$log" 2>&1 & ;;
     Dispatch) "$dispatch_bin" --port 0 ${dispatch_args[@]+"${dispatch_args[@]}"} >"$log" 2>&1 & ;;
+    evhttp) "$evhttp_bin" --port 0 ${evhttp_args[@]+"${evhttp_args[@]}"} >"$log" 2>&1 & ;;
   esac
   server_pid=$!
   server_port=""
@@ -139,7 +155,11 @@ measure() {
 
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 for run in $(seq "$RUNS"); do
-  if ((run % 2 == 1)); then order=(LoopDispatch Dispatch); else order=(Dispatch LoopDispatch); fi
+  # Run 1: LoopDispatch Dispatch evhttp; run 2: Dispatch evhttp LoopDispatch; run 3: evhttp
+  # LoopDispatch Dispatch; and again.
+  first=$(((run - 1) % ${#servers[@]}))
+  order=("${servers[@]:first}" "${servers[@]:0:first}")
+  echo "run $run of $RUNS: ${order[*]}" >&2
   for name in "${order[@]}"; do measure "$run" "$name"; done
 done
 
@@ -155,13 +175,15 @@ table() {
       rps[$2, $3] = rps[$2, $3] " " $4; p99[$2, $3] = p99[$2, $3] " " $5
     }
     END {
-      print "| server | route | requests/s | p99 latency | ratio LoopDispatch/Dispatch (req/s) |"
-      print "|---|---|---:|---:|---:|"
+      print "| server | route | requests/s | p99 latency | LoopDispatch/Dispatch (req/s) | LoopDispatch/evhttp (req/s) |"
+      print "|---|---|---:|---:|---:|---:|"
       n = split(routes, r, " ")
       for (i = 1; i <= n; i++) {
         l = median(rps["LoopDispatch", r[i]]); d = median(rps["Dispatch", r[i]])
-        printf "| LoopDispatch | `%s` | %.0f | %.2f ms | %.2fx |\n", r[i], l, median(p99["LoopDispatch", r[i]]), l / d
-        printf "| Dispatch | `%s` | %.0f | %.2f ms | |\n", r[i], d, median(p99["Dispatch", r[i]])
+        e = median(rps["evhttp", r[i]])
+        printf "| LoopDispatch | `%s` | %.0f | %.2f ms | %.2fx | %.2fx |\n", r[i], l, median(p99["LoopDispatch", r[i]]), l / d, l / e
+        printf "| Dispatch | `%s` | %.0f | %.2f ms | | |\n", r[i], d, median(p99["Dispatch", r[i]])
+        printf "| evhttp | `%s` | %.0f | %.2f ms | | |\n", r[i], e, median(p99["evhttp", r[i]])
       }
     }' "$results"
 }
@@ -177,7 +199,7 @@ for run in $(seq "$RUNS"); do
   table "$run"
 done
 echo
-echo "Medians of $RUNS runs (ratio = median LoopDispatch req/s / median Dispatch req/s):"
+echo "Medians of $RUNS runs (ratios = median LoopDispatch req/s / median req/s of the other server):"
 echo
 table median
 echo

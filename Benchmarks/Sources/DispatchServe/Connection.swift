@@ -2,7 +2,9 @@
 // example), copied and ported to Apple's Dispatch so that `wrk` compares the two runtimes on the
 // same server: same read loop (a fresh 16 KiB buffer per readable event), same parser, same
 // responses (the parser, responses and `fnv1a(bytes:)` come from the shared ExampleHTTP
-// module), same write-source dance, same idle timeout.
+// module), same write-source dance, same backpressure (reading stops while 256 KiB of answers
+// wait for the client and resumes once it has taken them), same idle timeout (never while
+// answers or a request are pending).
 // Routes: `/` and `/hash?bytes=N` as in the original, `/delay?ms=N` too; no `/stats` (it
 // reports LoopDispatch runtime counters).
 import Dispatch
@@ -39,6 +41,12 @@ final class Connection: @unchecked Sendable {
   private var draining = false
   private var closed = false
   private var writeSourceState = WriteSourceState.inactive
+  /// True while the read source is suspended because the client is not reading its answers.
+  private var readPaused = false
+  /// Whether `readSource` is suspended right now. `readPaused` is cleared for a moment while
+  /// `flush` answers buffered requests with the source still suspended; `close()` must know,
+  /// since Dispatch runs no cancel handler of a suspended source.
+  private var readSourceSuspended = false
   private var idleWorkItem: DispatchWorkItem?
   private var sourcesLeft = 2
 
@@ -81,6 +89,15 @@ final class Connection: @unchecked Sendable {
     }
   }
 
+  /// Answers not yet sent (bytes) above which the connection stops reading and parsing new
+  /// requests until the client has taken them: a client that pipelines requests without
+  /// reading cannot make the server buffer without bound.
+  static let maximumBufferedOutput = 256 * 1024
+
+  private var outputBacklogged: Bool {
+    output.count - outputOffset >= Self.maximumBufferedOutput
+  }
+
   /// Finishes what is in flight, then closes. Connection queue.
   func drain() {
     draining = true
@@ -90,6 +107,15 @@ final class Connection: @unchecked Sendable {
   // MARK: Reading and requests
 
   private func readable() {
+    if outputBacklogged || input.count > 4 * HTTPParser.maximumHeadBytes {
+      // Backpressure: stop reading until `flush` has sent the answers (a source left running
+      // would fire again at once: the socket stays readable).
+      if !readPaused {
+        readPaused = true
+        setReadSource(suspended: true)
+      }
+      return
+    }
     var buffer = [UInt8](repeating: 0, count: 16 * 1024)
     while !closed {
       let n = read(fd, &buffer, buffer.count)
@@ -108,7 +134,7 @@ final class Connection: @unchecked Sendable {
   }
 
   private func processInput() {
-    while !closed && !requestInFlight && !closeWhenFlushed {
+    while !closed && !requestInFlight && !closeWhenFlushed && !outputBacklogged {
       switch HTTPParser.parse(input) {
       case .incomplete:
         return
@@ -199,7 +225,25 @@ final class Connection: @unchecked Sendable {
     output.removeAll(keepingCapacity: true)
     outputOffset = 0
     setWriteSource(active: false)
-    if closeWhenFlushed || (draining && !requestInFlight) { close() }
+    if closeWhenFlushed || (draining && !requestInFlight) { return close() }
+    if readPaused {
+      // The client took its answers: answer what is buffered, then read again. The flag is
+      // cleared first so the flushes inside `processInput` do not come back here.
+      readPaused = false
+      processInput()
+      if closed { return }
+      if outputBacklogged || input.count > 4 * HTTPParser.maximumHeadBytes {
+        readPaused = true  // Still suspended; the next full flush tries again.
+      } else {
+        setReadSource(suspended: false)
+      }
+    }
+  }
+
+  private func setReadSource(suspended: Bool) {
+    guard suspended != readSourceSuspended else { return }
+    readSourceSuspended = suspended
+    if suspended { readSource.suspend() } else { readSource.resume() }
   }
 
   private func setWriteSource(active: Bool) {
@@ -233,8 +277,18 @@ final class Connection: @unchecked Sendable {
 
   private func idleExpired() {
     if closed { return }
-    if requestInFlight { return resetIdleTimer() }
+    // Busy, not idle: a request is being answered, answers are waiting for the client, or
+    // the next request has arrived and its read event has not run yet.
+    if requestInFlight || readPaused || outputOffset < output.count || hasUnreadInput() {
+      return resetIdleTimer()
+    }
     close()
+  }
+
+  /// Whether the socket holds bytes not read yet (a peek that never blocks).
+  private func hasUnreadInput() -> Bool {
+    var byte: UInt8 = 0
+    return recv(fd, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT)) > 0
   }
 
   private func close() {
@@ -243,9 +297,11 @@ final class Connection: @unchecked Sendable {
     idleWorkItem?.cancel()
     idleWorkItem = nil
     idleTimerSource?.cancel()
-    readSource.cancel()
     // Dispatch runs a cancel handler only once the source is active and not suspended (and an
     // inactive or suspended source must not be released), unlike LoopDispatch's sources.
+    setReadSource(suspended: false)
+    readPaused = false
+    readSource.cancel()
     switch writeSourceState {
     case .inactive: writeSource.activate()
     case .suspended: writeSource.resume()
