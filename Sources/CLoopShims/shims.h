@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <linux/sockios.h>
 #include <stdint.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <sys/timerfd.h>
@@ -83,6 +84,15 @@ static inline void **cls_worker_slot_ptr_(void) {
 }
 static inline void *cls_worker_get(void) { return *cls_worker_slot_ptr_(); }
 static inline void cls_worker_set(void *worker) { *cls_worker_slot_ptr_() = worker; }
+
+/// The calling thread's I/O driver flags (bit 0: a driver thread; bit 1: it holds the poller
+/// role). 0 on every other thread.
+static inline int *cls_driver_slot_ptr_(void) {
+  static __thread int slot = 0;
+  return &slot;
+}
+static inline int cls_driver_get(void) { return *cls_driver_slot_ptr_(); }
+static inline void cls_driver_set(int flags) { *cls_driver_slot_ptr_() = flags; }
 
 /// Whether the caller is the process main thread, computed once per thread and then read
 /// from a thread-local cache (no system call on the fast path). Each object file has its own
@@ -156,6 +166,47 @@ static inline int cls_timerfd_set_abs(int fd, uint64_t ns) {
   struct itimerspec spec = {{0, 0}, {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)}};
   if (ns == 0) spec.it_value.tv_nsec = 0;
   return timerfd_settime(fd, ns == 0 ? 0 : TFD_TIMER_ABSTIME, &spec, NULL);
+}
+
+// epoll, for LoopDispatch's I/O driver (struct epoll_event is packed on x86-64, so Swift never
+// touches it: these wrappers take and return its two fields).
+static inline int cls_epoll_create(void) { return epoll_create1(EPOLL_CLOEXEC); }
+static const uint32_t cls_epollin = EPOLLIN;
+static const uint32_t cls_epollout = EPOLLOUT;
+static const uint32_t cls_epollerr = EPOLLERR;
+static const uint32_t cls_epollhup = EPOLLHUP;
+static const uint32_t cls_epollrdhup = EPOLLRDHUP;
+static const uint32_t cls_epolloneshot = EPOLLONESHOT;
+static const int cls_epoll_ctl_add = EPOLL_CTL_ADD;
+static const int cls_epoll_ctl_mod = EPOLL_CTL_MOD;
+static const int cls_epoll_ctl_del = EPOLL_CTL_DEL;
+/// epoll_ctl with `events` and a 64-bit token; returns 0 or an errno.
+static inline int cls_epoll_control(int epfd, int op, int fd, uint32_t events, uint64_t token) {
+  struct epoll_event event;
+  event.events = events;
+  event.data.u64 = token;
+  return epoll_ctl(epfd, op, fd, &event) == 0 ? 0 : errno;
+}
+/// Waits for one event (timeout in ms, -1 forever); returns 1 with its fields, 0, or -1.
+static inline int cls_epoll_wait_one(int epfd, uint32_t *events, uint64_t *token, int timeout) {
+  struct epoll_event event;
+  int n = epoll_wait(epfd, &event, 1, timeout);
+  if (n == 1) {
+    *events = event.events;
+    *token = event.data.u64;
+  }
+  return n;
+}
+
+/// Arms `fd` to fire every `ns` nanoseconds, first `ns` from now (0 disarms).
+static inline int cls_timerfd_set_periodic(int fd, uint64_t ns) {
+  struct timespec period = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+  struct itimerspec spec = {period, period};
+  return timerfd_settime(fd, 0, &spec, NULL);
+}
+/// Creates a blocking CLOCK_MONOTONIC timerfd (for a thread that sleeps in read on it).
+static inline int cls_timerfd_create_blocking(void) {
+  return timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
 }
 
 #endif

@@ -218,7 +218,8 @@ import Testing
   }
 
   @Test func serviceLoopCountsTimersAndEvents() throws {
-    let before = RuntimeStats.current.serviceLoop
+    let beforeAll = RuntimeStats.current
+    let before = beforeAll.serviceLoop
     let fired = Latch()
     Queue.global().after(.milliseconds(1)) { fired.open() }
     #expect(fired.wait())
@@ -234,9 +235,11 @@ import Testing
     #expect(write(fds[1], "x", 1) == 1)
     #expect(readable.wait())
     source.cancel()
-    let after = RuntimeStats.current.serviceLoop
+    let afterAll = RuntimeStats.current
+    let after = afterAll.serviceLoop
     #expect(after.timersFired > before.timersFired)
-    #expect(after.events > before.events)
+    // fd readiness of non-main sources is seen by the I/O driver, not the service loop.
+    #expect(afterAll.ioEvents > beforeAll.ioEvents)
     #expect(after.turns > before.turns)
   }
 }

@@ -6,18 +6,20 @@ import MainLoop
 /// ``WriteSource``.
 ///
 /// Walk-through:
-/// 1. On activation the descriptor gets a watch on the source's loop: one-shot on the
-///    service loop (the handler runs on another thread), persistent on the main loop when
-///    the target is the main queue (the handler usually runs inline, so no re-arm system
+/// 1. On activation the descriptor gets a one-shot registration with the I/O driver
+///    (`Delivery/IODriver.swift`; the handler runs on the driver thread that saw the event
+///    when the target serial queue is idle, else on the target queue), or a persistent
+///    watch on the main loop when the target is the main queue (the handler usually runs inline, so no re-arm system
 ///    calls are needed; the watch is paused whenever the delivery cannot run inline). A
 ///    regular file is always ready, as in GCD: it gets no watch, and a delivery is due
 ///    while bytes remain.
-/// 2. When the watch fires, the loop checks that the descriptor still refers to the file it
-///    had at creation (device and inode). If the number was closed and reused, the event
-///    belongs to someone else: it is dropped, the watch stays disarmed, and one warning line
-///    says so. Otherwise readiness is merged and a delivery scheduled.
+/// 2. When the main loop's watch fires, the loop checks that the descriptor still refers to
+///    the file it had at creation (device and inode). If the number was closed and reused,
+///    the event belongs to someone else: it is dropped, the watch stays disarmed, and one
+///    warning line says so. (The driver's registrations are tied to the file, so they need no
+///    check.) Otherwise readiness is merged and a delivery scheduled.
 /// 3. The handler runs on the target queue with `data` computed just before it runs. Only
-///    after it returns is the watch re-armed, so unread data fires again (level semantics)
+///    after it returns is the watch re-armed (by that thread, with `epoll_ctl`, for the driver), so unread data fires again (level semantics)
 ///    without the loop spinning while the handler works. Hang-up and errors show as
 ///    readiness; a read then returns 0 or the error.
 /// 4. Cancel removes the watch on the loop; only then may the cancel handler close the
@@ -36,7 +38,10 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
   private let persistentWatch: Bool
 
   private struct WatchState {
+    /// The main loop's watch (main-queue targets).
     var watch: FDWatch?
+    /// The I/O driver's entry (every other target; see `Delivery/IODriver.swift`).
+    var entry: IOEntry?
     var tornDown = false
   }
   /// Protected by: its lock.
@@ -73,9 +78,19 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
     }
     watchState.withLock { state in
       guard !state.tornDown else { return }
+      if !persistentWatch {
+        switch IODriver.shared.register(self, fd: fd, interest: interest) {
+        case .success(let entry): state.entry = entry
+        case .failure(let error):
+          writeStandardError(
+            "LoopDispatch: \(label) could not watch fd \(fd): errno \(error.code); the source will not fire\n"
+          )
+        }
+        return
+      }
       do {
-        state.watch = try loop.watch(fd: fd, for: interest, oneShot: !persistentWatch) {
-          [self] in readinessFired()
+        state.watch = try loop.watch(fd: fd, for: interest, oneShot: false) {
+          [self] in mainLoopReadinessFired()
         }
       } catch {
         writeStandardError(
@@ -84,8 +99,14 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
     }
   }
 
-  /// Loop thread.
-  private func readinessFired() {
+  /// An I/O driver thread saw readiness (the registration is tied to the file, so a reused
+  /// number never reaches this source: no identity check is needed).
+  func readinessFired() {
+    signal(1)
+  }
+
+  /// Main loop thread.
+  private func mainLoopReadinessFired() {
     var info = stat()
     guard fstat(fd, &info) == 0, UInt(info.st_dev) == device, UInt(info.st_ino) == inode else {
       writeStandardError(
@@ -105,7 +126,16 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
       if interest == .write || remainingFileBytes() > 0 { signal(1) }
       return
     }
-    watchState.withLock { $0.watch }?.rearm()
+    let (watch, entry) = watchState.withLock { ($0.watch, $0.entry) }
+    if let entry {
+      if !IODriver.shared.rearm(entry, interest) {
+        writeStandardError(
+          "LoopDispatch: \(label): fd \(fd) was closed (and perhaps reused) while the source watched it; "
+            + "cancel a source before closing its descriptor. The source will not fire again.\n")
+      }
+    } else {
+      watch?.rearm()
+    }
   }
 
   override func dataForDelivery(_ merged: UInt) -> UInt {
@@ -132,12 +162,19 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
   }
 
   override func teardown(_ completion: @escaping @Sendable () -> Void) {
-    let watch = watchState.withLock { state -> FDWatch? in
+    let (watch, entry) = watchState.withLock { state -> (FDWatch?, IOEntry?) in
       state.tornDown = true
-      defer { state.watch = nil }
-      return state.watch
+      defer {
+        state.watch = nil
+        state.entry = nil
+      }
+      return (state.watch, state.entry)
     }
-    if let watch {
+    if let entry {
+      // Once this returns no readiness reaches the source; the descriptor may be closed.
+      IODriver.shared.unregister(entry, interest)
+      completion()
+    } else if let watch {
       watch.cancel(then: completion)
     } else {
       completion()

@@ -178,6 +178,15 @@ class SourceCore: @unchecked Sendable {
     if loop.isInLoopThread && queue.kind == .main && queue.runInlineIfIdle({ deliver() }) {
       return .ranInline
     }
+    // On an I/O driver thread, a serial target whose chain is idle runs the handler here:
+    // claimed like an uncontended `sync`, with the poller role released meanwhile.
+    if queue.kind == .serial && IODriver.isDriverThread && IODriver.shared.mayRunInline
+      && queue.trySyncLockChain()
+    {
+      let ran = IODriver.shared.runInline { queue.withChainFrames { deliver() } }
+      queue.unlockSyncChain(upTo: nil)
+      if ran { return .ranInline }
+    }
     queue.async { [self] in deliver() }
     return .queued
   }

@@ -34,4 +34,12 @@ enum ThreadSlots {
   /// Sets the calling thread's pool worker (the worker object outlives its thread's use).
   @inline(never)
   static func setWorker(_ worker: UnsafeMutableRawPointer?) { cls_worker_set(worker) }
+
+  /// The calling thread's I/O driver flags (see `DriverThreadMark`).
+  @inline(never)
+  static func driverFlags() -> Int32 { cls_driver_get() }
+
+  /// Sets the calling thread's I/O driver flags.
+  @inline(never)
+  static func setDriverFlags(_ flags: Int32) { cls_driver_set(flags) }
 }

@@ -59,6 +59,13 @@ public struct RuntimeStats: Sendable, CustomStringConvertible {
   public var serviceLoop: LoopStats
   /// Main-queue stalls reported by the watchdog (``Queue/setMainStallThreshold(_:)``).
   public var mainStalls: UInt64
+  /// Descriptors of non-main sources registered with the I/O driver (each file once, with its
+  /// read and write sources).
+  public var ioWatches: Int
+  /// Readiness events the I/O driver received.
+  public var ioEvents: UInt64
+  /// Source handlers the I/O driver ran on the thread that saw the event (no hand-off).
+  public var ioInlineHandlers: UInt64
   /// The global queues, the main queue and every live custom queue that has received work,
   /// one entry each (a queue's counters are created with its first item, so a queue that
   /// never ran anything costs nothing and is not listed).
@@ -71,8 +78,10 @@ public struct RuntimeStats: Sendable, CustomStringConvertible {
 
   /// Timers pending on the main loop and on the service loop.
   public var pendingTimers: Int { mainLoop.pendingTimers + serviceLoop.pendingTimers }
-  /// fd and signal watches registered on the main loop and on the service loop.
-  public var registeredWatches: Int { mainLoop.registeredWatches + serviceLoop.registeredWatches }
+  /// fd and signal watches registered on the main loop, the service loop and the I/O driver.
+  public var registeredWatches: Int {
+    mainLoop.registeredWatches + serviceLoop.registeredWatches + ioWatches
+  }
 
   /// Live and released queues folded by label: counters per label that never decrease
   /// (for the first 256 labels released; see ``releasedQueues``).
@@ -96,6 +105,9 @@ public struct RuntimeStats: Sendable, CustomStringConvertible {
       mainLoop: LoopStats(EventLoop.main),
       serviceLoop: LoopStats(ServiceLoop.shared),
       mainStalls: MainStallWatchdog.shared.stallsReported.load(ordering: .relaxed),
+      ioWatches: IODriver.registeredCount,
+      ioEvents: IODriver.eventCount,
+      ioInlineHandlers: IODriver.inlineCount,
       queues: live,
       releasedQueues: released)
   }
@@ -124,6 +136,11 @@ public struct RuntimeStats: Sendable, CustomStringConvertible {
       (
         "main_stalls_total", "counter", "Main-queue stalls reported by the watchdog.",
         "\(mainStalls)"
+      ),
+      ("io_events_total", "counter", "Readiness events seen by the I/O driver.", "\(ioEvents)"),
+      (
+        "io_inline_handlers_total", "counter",
+        "Source handlers run on the I/O driver thread that saw the event.", "\(ioInlineHandlers)"
       ),
     ]
     for (name, loop) in [("main_loop", mainLoop), ("service_loop", serviceLoop)] {

@@ -1,0 +1,385 @@
+import CLoopShims
+import Glibc
+import MainLoop
+import Synchronization
+
+/// The I/O driver: readiness of the descriptors of sources that do not target the main queue,
+/// delivered from one epoll set, with the handler run on the thread that saw the event.
+///
+/// Walk-through of one event (a readable socket whose source targets an idle serial queue):
+/// 1. The source registered its descriptor one-shot (`EPOLLONESHOT`) with a token naming its
+///    entry (`IOEntry`; one entry per descriptor file, carrying the read and the write source).
+/// 2. The thread holding the *poller role* sleeps in `epoll_wait` and wakes with the event.
+///    It looks the token up (a stale token — the entry was removed, its number perhaps
+///    reused — is skipped) and hands readiness to the sources.
+/// 3. If the target queue's chain is serial and idle, the poller claims it (as an uncontended
+///    `sync` would) and runs the handler itself: no thread hop. Otherwise the delivery is
+///    queued on the target like any other work.
+/// 4. After the handler returns, the thread that ran it re-arms interest with `epoll_ctl`
+///    (`rearm`): a system call, never a post to a loop, never a wake-up.
+///
+/// A handler that blocks must not freeze other descriptors. Two driver threads share the role:
+/// the poller releases the role for each inline handler; the other thread stands by, asleep
+/// in `read` on a periodic 2 ms watchdog timer that runs while inline handlers do (started by
+/// the first, stopped after two quiet periods, so an idle driver has no wake-ups). If the
+/// standby sees the same handler still running at two expiries, it takes the role and polls,
+/// so other descriptors wait at most ~4 ms for a blocked handler. Only one inline handler runs
+/// at a time: while one runs, readiness is delivered through the target queues.
+///
+/// Who may touch what: the tables behind `lock` (entries by descriptor and by token);
+/// `role`, `inlineRunning` are atomics; `epfd` and `watchdogFD` are immutable.
+final class IODriver: @unchecked Sendable {
+  // @unchecked Sendable: mutable state is behind `lock` or atomic, as stated above.
+
+  /// The driver, started on first use.
+  static let shared = IODriver()
+
+  /// How long an inline handler runs before the standby thread takes over polling.
+  static let inlineBudgetNanoseconds: UInt64 = 2_000_000
+
+  let epfd: Int32
+  /// Blocking timerfd the standby sleeps on; armed while an inline handler runs.
+  private let watchdogFD: Int32
+
+  struct Tables {
+    var byDescriptor: [Int32: IOEntry] = [:]
+    var byToken: [UInt64: IOEntry] = [:]
+    var nextToken: UInt64 = 1
+  }
+  /// Protected by: its lock. Also serialises every `epoll_ctl` on an entry, so a re-arm never
+  /// races with the removal of its registration.
+  let lock = LockedValue(Tables())
+
+  /// Atomic. 1 while a driver thread holds the poller role (it alone calls `epoll_wait`).
+  private let role = Atomic<Int>(0)
+  /// Atomic. Whether an inline handler is running on a driver thread.
+  private let inlineRunning = Atomic<Bool>(false)
+  /// Atomic. Inline runs started (the standby tells a long run from a series of short ones).
+  private let inlineSequence = Atomic<UInt64>(0)
+  /// Atomic. Whether the periodic watchdog timer is running.
+  private let watchdogArmed = Atomic<Bool>(false)
+  /// Atomic. Inline handlers run / events seen / stale tokens skipped (for tests and stats).
+  let inlineRuns = Atomic<UInt64>(0)
+  let eventsSeen = Atomic<UInt64>(0)
+  let staleEvents = Atomic<UInt64>(0)
+  let takeovers = Atomic<UInt64>(0)
+
+  private init() {
+    epfd = cls_epoll_create()
+    watchdogFD = cls_timerfd_create_blocking()
+    if epfd < 0 || watchdogFD < 0 {
+      resourceFailure("could not create the I/O driver's epoll set or timer (errno \(errno))")
+    }
+    defer { Self.started.store(true, ordering: .releasing) }
+    for index in 0..<2 {
+      do {
+        try NativeThread.spawnDetached(name: "ld.io.\(index)") { [self] in threadMain() }
+      } catch {
+        resourceFailure("could not start the I/O driver thread ld.io.\(index) (\(error))")
+      }
+    }
+  }
+
+  /// Whether the driver has been started (its figures are zero until then).
+  private static let started = Atomic<Bool>(false)
+
+  /// Registered descriptor files, 0 before the driver starts (for `RuntimeStats`).
+  static var registeredCount: Int {
+    started.load(ordering: .acquiring) ? shared.lock.withLock { $0.byToken.count } : 0
+  }
+  /// Readiness events received (for `RuntimeStats`).
+  static var eventCount: UInt64 {
+    started.load(ordering: .acquiring) ? shared.eventsSeen.load(ordering: .relaxed) : 0
+  }
+  /// Handlers run inline (for `RuntimeStats`).
+  static var inlineCount: UInt64 {
+    started.load(ordering: .acquiring) ? shared.inlineRuns.load(ordering: .relaxed) : 0
+  }
+
+  /// Whether the calling thread is a driver thread.
+  static var isDriverThread: Bool { DriverThreadMark.isSet }
+
+  // MARK: Registration
+
+  /// Watches `fd` for `interest` on behalf of `core`, one-shot. Any thread.
+  /// - Returns: the entry to re-arm and unregister with, or an errno.
+  func register(_ core: FileDescriptorCore, fd: Int32, interest: FDInterest) -> Result<
+    IOEntry, IORegistrationError
+  > {
+    guard let identity = FileIdentityKey(of: fd) else { return .failure(.init(code: EBADF)) }
+    return lock.withLock { tables -> Result<IOEntry, IORegistrationError> in
+      if let existing = tables.byDescriptor[fd], existing.identity != identity {
+        // The number was closed while watched and now names another file: the old entry's
+        // registration died with its file; forget it (its sources never fire again).
+        tables.byDescriptor[fd] = nil
+        tables.byToken[existing.token] = nil
+        existing.evicted = true
+      }
+      if let entry = tables.byDescriptor[fd] {
+        guard entry.core(for: interest) == nil else { return .failure(.init(code: EEXIST)) }
+        entry.setCore(core, for: interest)
+        entry.armed |= interest.epollBit
+        let code = cls_epoll_control(epfd, cls_epoll_ctl_mod, fd, entry.wanted, entry.token)
+        if code != 0 {
+          entry.setCore(nil, for: interest)
+          entry.armed &= ~interest.epollBit
+          return .failure(.init(code: code))
+        }
+        return .success(entry)
+      }
+      let entry = IOEntry(fd: fd, identity: identity, token: tables.nextToken)
+      tables.nextToken &+= 1
+      entry.setCore(core, for: interest)
+      entry.armed = interest.epollBit
+      let code = cls_epoll_control(epfd, cls_epoll_ctl_add, fd, entry.wanted, entry.token)
+      if code != 0 { return .failure(.init(code: code)) }
+      tables.byDescriptor[fd] = entry
+      tables.byToken[entry.token] = entry
+      return .success(entry)
+    }
+  }
+
+  /// Re-enables `interest` after a delivery. Any thread (the one that ran the handler).
+  /// - Returns: false if the descriptor was closed while watched (the kernel dropped the
+  ///   registration with the file, so the number no longer names a watched file): the source
+  ///   will not fire again, and the caller says so.
+  func rearm(_ entry: IOEntry, _ interest: FDInterest) -> Bool {
+    lock.withLock { _ in
+      guard !entry.evicted, !entry.removed, entry.core(for: interest) != nil else { return true }
+      entry.armed |= interest.epollBit
+      let code = cls_epoll_control(epfd, cls_epoll_ctl_mod, entry.fd, entry.wanted, entry.token)
+      if code == ENOENT || code == EBADF {
+        entry.armed = 0
+        return false
+      }
+      return true
+    }
+  }
+
+  /// Stops watching `interest` for `entry`; after it returns no readiness reaches the core
+  /// (a poller that already took the event finds the core gone). Any thread.
+  func unregister(_ entry: IOEntry, _ interest: FDInterest) {
+    lock.withLock { tables in
+      entry.setCore(nil, for: interest)
+      entry.armed &= ~interest.epollBit
+      guard !entry.evicted, !entry.removed else { return }
+      if entry.readCore == nil && entry.writeCore == nil {
+        entry.removed = true
+        tables.byDescriptor[entry.fd] = nil
+        tables.byToken[entry.token] = nil
+        // ENOENT/EBADF: the descriptor was closed already; nothing to remove.
+        _ = cls_epoll_control(epfd, cls_epoll_ctl_del, entry.fd, 0, 0)
+      } else if entry.armed != 0 {
+        _ = cls_epoll_control(epfd, cls_epoll_ctl_mod, entry.fd, entry.wanted, entry.token)
+      }
+    }
+  }
+
+  // MARK: Driver threads
+
+  private func threadMain() {
+    DriverThreadMark.set()
+    while true {
+      if role.compareExchange(expected: 0, desired: 1, ordering: .acquiringAndReleasing).exchanged {
+        pollWhileHoldingRole()
+      }
+      standBy()
+    }
+  }
+
+  /// Standing by: sleeps on the watchdog until an inline handler has run for a whole watchdog
+  /// period (the same run seen at two expiries), then returns so the caller takes the role.
+  /// A period with no inline run at all disarms the watchdog (an idle driver sleeps for good).
+  private func standBy() {
+    var lastSequence = inlineSequence.load(ordering: .acquiring)
+    var quietPeriods = 0
+    while true {
+      var expirations: UInt64 = 0
+      _ = read(watchdogFD, &expirations, 8)
+      let sequence = inlineSequence.load(ordering: .sequentiallyConsistent)
+      if role.load(ordering: .acquiring) == 0 && inlineRunning.load(ordering: .acquiring)
+        && sequence == lastSequence
+      {
+        takeovers.wrappingAdd(1, ordering: .relaxed)
+        return  // The same handler for a whole period: poll instead of it.
+      }
+      if sequence != lastSequence || inlineRunning.load(ordering: .acquiring) {
+        lastSequence = sequence
+        quietPeriods = 0
+        continue
+      }
+      quietPeriods += 1
+      if quietPeriods < 2 { continue }
+      // No inline run for two periods: disarm, then look again (Dekker with `runInline`'s
+      // sequence increment and flag load, both sequentially consistent).
+      watchdogArmed.store(false, ordering: .sequentiallyConsistent)
+      _ = cls_timerfd_set_periodic(watchdogFD, 0)
+      if inlineSequence.load(ordering: .sequentiallyConsistent) != lastSequence {
+        armWatchdog()
+      }
+      quietPeriods = 0
+      if role.load(ordering: .acquiring) == 0 { return }
+    }
+  }
+
+  /// Starts the periodic watchdog unless it runs already.
+  private func armWatchdog() {
+    if !watchdogArmed.load(ordering: .sequentiallyConsistent)
+      && !watchdogArmed.exchange(true, ordering: .sequentiallyConsistent)
+    {
+      _ = cls_timerfd_set_periodic(watchdogFD, Self.inlineBudgetNanoseconds)
+    }
+  }
+
+  /// Polls until this thread gives the role away (an inline handler it ran overran and the
+  /// standby took over).
+  private func pollWhileHoldingRole() {
+    while true {
+      var events: UInt32 = 0
+      var token: UInt64 = 0
+      let count = cls_epoll_wait_one(epfd, &events, &token, -1)
+      guard count == 1 else { continue }  // EINTR
+      eventsSeen.wrappingAdd(1, ordering: .relaxed)
+      if !dispatch(events: events, token: token) { return }
+    }
+  }
+
+  /// Hands one event to its sources. Returns false if this thread lost the poller role
+  /// while running an inline handler.
+  private func dispatch(events: UInt32, token: UInt64) -> Bool {
+    // One-shot: the kernel disabled the whole registration. Interests that did not fire stay
+    // wanted, so they are re-enabled at once; the fired ones are re-armed after delivery.
+    let ready: (read: FileDescriptorCore?, write: FileDescriptorCore?) = lock.withLock {
+      tables in
+      guard let entry = tables.byToken[token] else {
+        staleEvents.wrappingAdd(1, ordering: .relaxed)
+        return (nil, nil)
+      }
+      let failed = events & (cls_epollerr | cls_epollhup) != 0
+      var fired: UInt32 = 0
+      if events & cls_epollin != 0 || failed { fired |= entry.armed & cls_epollin }
+      if events & cls_epollout != 0 || failed { fired |= entry.armed & cls_epollout }
+      entry.armed &= ~fired
+      if entry.armed != 0 {
+        _ = cls_epoll_control(epfd, cls_epoll_ctl_mod, entry.fd, entry.wanted, entry.token)
+      }
+      return (
+        fired & cls_epollin != 0 ? entry.readCore : nil,
+        fired & cls_epollout != 0 ? entry.writeCore : nil
+      )
+    }
+    currentThreadHoldsRole = true
+    ready.read?.readinessFired()
+    ready.write?.readinessFired()
+    return currentThreadHoldsRole
+  }
+
+  /// Set by `runInline` when the standby took the role while this thread ran a handler.
+  /// Only touched by the driver thread that runs `dispatch`.
+  private var currentThreadHoldsRole: Bool {
+    get { DriverThreadMark.holdsRole }
+    set { DriverThreadMark.holdsRole = newValue }
+  }
+
+  // MARK: Inline handlers
+
+  /// Runs `body` (a handler, with its queue already claimed) on this driver thread, with the
+  /// poller role released meanwhile so the standby can take over if it overruns. Returns false
+  /// without running it if another inline handler is running (the caller queues it instead).
+  func runInline(_ body: () -> Void) -> Bool {
+    guard
+      inlineRunning.compareExchange(
+        expected: false, desired: true, ordering: .acquiringAndReleasing
+      ).exchanged
+    else { return false }
+    inlineRuns.wrappingAdd(1, ordering: .relaxed)
+    inlineSequence.wrappingAdd(1, ordering: .sequentiallyConsistent)
+    armWatchdog()  // A system call only when the watchdog was idle.
+    role.store(0, ordering: .releasing)
+    body()
+    inlineRunning.store(false, ordering: .releasing)
+    if !role.compareExchange(expected: 0, desired: 1, ordering: .acquiringAndReleasing).exchanged {
+      currentThreadHoldsRole = false  // The standby polls now; this thread stands by.
+    }
+    return true
+  }
+
+  /// Whether an inline run could start now (a cheap pre-check before claiming a queue).
+  var mayRunInline: Bool { !inlineRunning.load(ordering: .relaxed) }
+}
+
+/// One watched descriptor file: its token and the sources reading and writing it.
+/// All mutable fields are protected by `IODriver.lock`.
+final class IOEntry: @unchecked Sendable {
+  // @unchecked Sendable: see above.
+  let fd: Int32
+  let identity: FileIdentityKey
+  let token: UInt64
+  var readCore: FileDescriptorCore?
+  var writeCore: FileDescriptorCore?
+  /// The interests enabled in the kernel now (`EPOLLIN`/`EPOLLOUT` bits).
+  var armed: UInt32 = 0
+  /// Removed because its number was reused by another file while it was registered.
+  var evicted = false
+  /// Removed from the epoll set (its last source unregistered).
+  var removed = false
+
+  init(fd: Int32, identity: FileIdentityKey, token: UInt64) {
+    self.fd = fd
+    self.identity = identity
+    self.token = token
+  }
+
+  /// The `epoll_ctl` events for the armed interests (always one-shot, with hang-up).
+  var wanted: UInt32 { armed | cls_epolloneshot | cls_epollrdhup }
+
+  func core(for interest: FDInterest) -> FileDescriptorCore? {
+    interest == .read ? readCore : writeCore
+  }
+
+  func setCore(_ core: FileDescriptorCore?, for interest: FDInterest) {
+    if interest == .read { readCore = core } else { writeCore = core }
+  }
+}
+
+/// A registration the kernel refused.
+struct IORegistrationError: Error {
+  var code: Int32
+}
+
+/// The identity (device, inode) of the file behind a descriptor number.
+struct FileIdentityKey: Equatable {
+  var device: UInt
+  var inode: UInt
+
+  init?(of fd: Int32) {
+    var info = stat()
+    guard fstat(fd, &info) == 0 else { return nil }
+    device = UInt(info.st_dev)
+    inode = UInt(info.st_ino)
+  }
+}
+
+extension FDInterest {
+  var epollBit: UInt32 { self == .read ? cls_epollin : cls_epollout }
+}
+
+/// Per-thread flags of the driver threads, in a thread-local slot (`ThreadSlots`).
+enum DriverThreadMark {
+  private static let driverBit: Int32 = 1
+  private static let roleBit: Int32 = 2
+
+  /// Marks the calling thread as a driver thread. Called once by each, first.
+  static func set() { ThreadSlots.setDriverFlags(driverBit) }
+
+  static var isSet: Bool { ThreadSlots.driverFlags() & driverBit != 0 }
+
+  /// Whether the calling driver thread still holds the poller role after a dispatch.
+  static var holdsRole: Bool {
+    get { ThreadSlots.driverFlags() & roleBit != 0 }
+    set {
+      let flags = ThreadSlots.driverFlags()
+      ThreadSlots.setDriverFlags(newValue ? flags | roleBit : flags & ~roleBit)
+    }
+  }
+}
