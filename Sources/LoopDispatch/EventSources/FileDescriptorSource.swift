@@ -18,7 +18,7 @@ import MainLoop
 ///    the event belongs to someone else: it is dropped, the watch stays disarmed, and one
 ///    warning line says so. (The driver's registrations are tied to the file, so they need no
 ///    check.) Otherwise readiness is merged and a delivery scheduled.
-/// 3. The handler runs on the target queue with `data` computed just before it runs. Only
+/// 3. The handler runs on the target queue; `data` is computed when the handler first reads it. Only
 ///    after it returns is the watch re-armed (by that thread, with `epoll_ctl`, for the driver), so unread data fires again (level semantics)
 ///    without the loop spinning while the handler works. Hang-up and errors show as
 ///    readiness; a read then returns 0 or the error.
@@ -137,6 +137,9 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
       watch?.rearm()
     }
   }
+
+  /// FIONREAD (or the socket's send space) costs a system call: only if the handler asks.
+  override var computesDataLazily: Bool { true }
 
   override func dataForDelivery(_ merged: UInt) -> UInt {
     switch interest {

@@ -35,8 +35,10 @@ public class Source: @unchecked Sendable {
 
   /// The data of the current event, read inside the event handler: bytes readable (read
   /// sources), writable space estimate (write sources), fires since the last handler run
-  /// (timer and signal sources) or the merged value (data sources).
-  public var data: UInt { core.currentData.load(ordering: .relaxed) }
+  /// (timer and signal sources) or the merged value (data sources). For fd sources it is
+  /// computed when first read in a handler run (a system call), so a handler that does not
+  /// read it pays nothing.
+  public var data: UInt { core.currentDataValue() }
 
   /// Sets the closure run on the target queue for each batch of events.
   public func setEventHandler(_ handler: (@Sendable () -> Void)?) {

@@ -84,6 +84,23 @@ class SourceCore: @unchecked Sendable {
   func teardown(_ completion: @escaping @Sendable () -> Void) { completion() }
   /// The data to hand to the handler, given what was merged.
   func dataForDelivery(_ merged: UInt) -> UInt { merged }
+  /// Whether `dataForDelivery` costs a system call (fd sources: FIONREAD and friends), so it
+  /// runs only if the handler reads `data` (`currentDataValue`).
+  var computesDataLazily: Bool { false }
+
+  /// `currentData` before a lazily computed value is asked for.
+  static let dataNotComputed = UInt.max
+  /// What was merged for the delivery in progress, for a lazy `data`.
+  let mergedForLazyData = Atomic<UInt>(0)
+
+  /// The current delivery's data (computing it now if it is lazy). The handler's thread.
+  func currentDataValue() -> UInt {
+    let value = currentData.load(ordering: .relaxed)
+    guard value == Self.dataNotComputed, computesDataLazily else { return value }
+    let computed = dataForDelivery(mergedForLazyData.load(ordering: .relaxed))
+    currentData.store(computed, ordering: .relaxed)
+    return computed
+  }
 
   // MARK: Lifecycle
 
@@ -196,7 +213,12 @@ class SourceCore: @unchecked Sendable {
     let merged = pendingData.exchange(0, ordering: .acquiringAndReleasing)
     if !isCancelled && suspendCount.load(ordering: .acquiring) == 0 {
       if merged != 0 {
-        currentData.store(dataForDelivery(merged), ordering: .relaxed)
+        if computesDataLazily {
+          mergedForLazyData.store(merged, ordering: .relaxed)
+          currentData.store(Self.dataNotComputed, ordering: .relaxed)
+        } else {
+          currentData.store(dataForDelivery(merged), ordering: .relaxed)
+        }
         // Hold the public source for the handler's duration (as GCD retains a source during
         // its callout), so a handler capturing it `unowned` stays valid even if the last
         // outside reference is dropped meanwhile. Nil: the source is being released, which
