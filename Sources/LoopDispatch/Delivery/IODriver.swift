@@ -156,8 +156,8 @@ final class IODriver: @unchecked Sendable {
     }
   }
 
-  /// Stops watching `interest` for `entry`; after it returns no readiness reaches the core
-  /// (a poller that already took the event finds the core gone). Any thread.
+  /// Stops watching `interest` for `entry`. A poller that took an event before may still hand
+  /// it to the core afterwards; the core is cancelled by then, so no handler starts. Any thread.
   func unregister(_ entry: IOEntry, _ interest: FDInterest) {
     lock.withLock { tables in
       entry.setCore(nil, for: interest)
@@ -212,8 +212,10 @@ final class IODriver: @unchecked Sendable {
       if quietPeriods < 2 { continue }
       // No inline run for two periods: disarm, then look again (Dekker with `runInline`'s
       // sequence increment and flag load, both sequentially consistent).
-      watchdogArmed.store(false, ordering: .sequentiallyConsistent)
+      // Disarm first, then clear the flag: a runner that sees the flag cleared arms the timer
+      // after our disarm, never before it.
       _ = cls_timerfd_set_periodic(watchdogFD, 0)
+      watchdogArmed.store(false, ordering: .sequentiallyConsistent)
       if inlineSequence.load(ordering: .sequentiallyConsistent) != lastSequence {
         armWatchdog()
       }
@@ -257,7 +259,10 @@ final class IODriver: @unchecked Sendable {
       }
       let failed = events & (cls_epollerr | cls_epollhup) != 0
       var fired: UInt32 = 0
-      if events & cls_epollin != 0 || failed { fired |= entry.armed & cls_epollin }
+      // A peer's half-close (RDHUP) is read readiness: the read returns 0.
+      if events & (cls_epollin | cls_epollrdhup) != 0 || failed {
+        fired |= entry.armed & cls_epollin
+      }
       if events & cls_epollout != 0 || failed { fired |= entry.armed & cls_epollout }
       entry.armed &= ~fired
       if entry.armed != 0 {
@@ -287,7 +292,9 @@ final class IODriver: @unchecked Sendable {
   /// poller role released meanwhile so the standby can take over if it overruns. Returns false
   /// without running it if another inline handler is running (the caller queues it instead).
   func runInline(_ body: () -> Void) -> Bool {
-    guard
+    // A thread that lost the role during an earlier handler of the same event (its read and
+    // write sources both fired) must not release a role it does not hold.
+    guard currentThreadHoldsRole,
       inlineRunning.compareExchange(
         expected: false, desired: true, ordering: .acquiringAndReleasing
       ).exchanged
@@ -330,8 +337,12 @@ final class IOEntry: @unchecked Sendable {
     self.token = token
   }
 
-  /// The `epoll_ctl` events for the armed interests (always one-shot, with hang-up).
-  var wanted: UInt32 { armed | cls_epolloneshot | cls_epollrdhup }
+  /// The `epoll_ctl` events for the armed interests: always one-shot; with the peer's
+  /// half-close only while reading is armed (it is level-triggered: armed for a writer alone
+  /// it would fire again and again).
+  var wanted: UInt32 {
+    armed | cls_epolloneshot | (armed & cls_epollin != 0 ? cls_epollrdhup : 0)
+  }
 
   func core(for interest: FDInterest) -> FileDescriptorCore? {
     interest == .read ? readCore : writeCore

@@ -62,11 +62,15 @@ extension WorkerPool {
 
   /// After the owner popped a job from `lane`: if the lane is still long, moves a share of it
   /// into the owner's batch. Pool lock held; owner only.
+  /// Returns whether it filled the batch (the caller then makes sure the supervisor watches,
+  /// after the lock: rule 3).
   @inline(__always)
-  func refillBatch(of worker: Worker, from lane: Int, _ state: inout State, now: UInt64) {
+  func refillBatch(of worker: Worker, from lane: Int, _ state: inout State, now: UInt64) -> Bool {
     let threads = Swift.max(1, state.threads)
     let waiting = state.lanes[lane].count
-    guard waiting >= 2 * threads, worker.batchCount.load(ordering: .relaxed) == 0 else { return }
+    guard waiting >= 2 * threads, worker.batchCount.load(ordering: .relaxed) == 0 else {
+      return false
+    }
     let share = Swift.min(Self.batchLimit, waiting / threads)
     worker.batch.withLock { batch in
       batch.lane = lane
@@ -77,8 +81,7 @@ extension WorkerPool {
       }
       worker.batchCount.store(batch.jobs.count, ordering: .relaxed)
     }
-    // The supervisor must be watching in case this worker blocks with its batch (rule 3).
-    supervisor.noteWorkWaiting()
+    return true
   }
 
   /// The owner's next batched job, unless its slot or a higher lane must go first (rule 2).
@@ -104,7 +107,9 @@ extension WorkerPool {
   /// and keeps the rest in the thief's own batch. Called with no lock held, when the lanes
   /// and the thief's own batch and slot gave nothing.
   func steal(for thief: Worker) -> (PoolJob, Priority)? {
-    guard pendingJobs.load(ordering: .relaxed) > 0 else { return nil }
+    // Only into an empty batch: a batch holds the jobs of one lane.
+    guard pendingJobs.load(ordering: .relaxed) > 0, thief.batchCount.load(ordering: .relaxed) == 0
+    else { return nil }
     for victim in supervisor.registeredWorkers()
     where victim !== thief && victim.batchCount.load(ordering: .relaxed) > 0 {
       let (stolen, lane): ([TimedJob], Int) = victim.batch.withLock { batch in

@@ -46,7 +46,11 @@ extension WorkerPool {
   func takeRunNext(of owner: Worker, state: inout State) -> SlotJob? {
     guard let slot = owner.runNext else { return nil }
     for lane in 0..<slot.priority.rawValue where !state.lanes[lane].isEmpty { return nil }
-    if owner.runNextStreak >= Self.runNextStreakLimit && pendingJobs.load(ordering: .relaxed) > 0 {
+    // After the streak limit, the lanes' oldest job goes first — if one waits there (jobs in
+    // batches do not count: the owner's own batch must not stall its slot).
+    if owner.runNextStreak >= Self.runNextStreakLimit
+      && state.lanes.contains(where: { !$0.isEmpty })
+    {
       return nil
     }
     clearRunNext(of: owner)

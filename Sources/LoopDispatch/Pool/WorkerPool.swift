@@ -164,6 +164,7 @@ final class WorkerPool: @unchecked Sendable {
     // Read outside the lock (a clock read where the cycle counter is not used); the lock
     // wait is then not counted as queue wait, a bias of one lock hand-off at most.
     let now = Ticks.now()
+    var batched = false
     let (taken, wake): ((PoolJob, Priority)?, Wake) = state.withLock { state in
       countCompletions(of: worker, &state)
       if let slot = takeRunNext(of: worker, state: &state) {
@@ -176,13 +177,15 @@ final class WorkerPool: @unchecked Sendable {
           pendingJobs.wrappingSubtract(1, ordering: .relaxed)
           worker.runNextStreak = 0
           state.laneStats[lane].recordStart(enqueuedAt: timed.enqueuedAt, now: now)
-          refillBatch(of: worker, from: lane, &state, now: now)
+          batched = refillBatch(of: worker, from: lane, &state, now: now)
           return ((timed.job, Priority(rawValue: lane)!), chainedWake(&state))
         }
       }
       return (nil, .none)
     }
     perform(wake)
+    // A filled batch needs the supervisor watching (rule 3 of `WorkerPool+Batch.swift`).
+    if batched { supervisor.noteWorkWaiting() }
     return taken
   }
 
