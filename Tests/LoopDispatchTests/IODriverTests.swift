@@ -81,6 +81,34 @@ import Testing
   }
 }
 
+/// A socket watched only for writing, with a full send buffer, whose peer half-closes: the
+/// driver gets no stream of events for the half-close (it is read readiness, armed only
+/// while reading is), so it stays asleep.
+@Test func aHalfClosedSocketWatchedForWritingDoesNotSpinTheDriver() async {
+  await #expect(processExitsWith: .success) {
+    var pair: [Int32] = [0, 0]
+    guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair) == 0 else {
+      driverTestFailure("socketpair failed")
+    }
+    _ = fcntl(pair[0], F_SETFL, fcntl(pair[0], F_GETFL) | O_NONBLOCK)
+    let chunk = [UInt8](repeating: 0x61, count: 4096)
+    while chunk.withUnsafeBytes({ write(pair[0], $0.baseAddress, $0.count) }) > 0 {}
+    let source: WriteSource
+    do { source = try WriteSource(fd: pair[0], queue: Queue(label: "io-half-closed")) } catch {
+      driverTestFailure("\(error)")
+    }
+    source.setEventHandler {}
+    source.activate()
+    let before = RuntimeStats.current.ioEvents
+    shutdown(pair[1], Int32(SHUT_WR))
+    // A window for activity that must not happen (so nothing to wait for instead).
+    _ = poll(nil, 0, 200)
+    let events = RuntimeStats.current.ioEvents - before
+    if events > 20 { driverTestFailure("\(events) driver events in 200 ms for a half-close") }
+    exit(0)
+  }
+}
+
 /// Fires a read source on an idle serial queue `events` times, one event at a time, and
 /// returns the name of the thread each handler ran on.
 private func handlerThreadNames(events: Int) throws -> [String] {
