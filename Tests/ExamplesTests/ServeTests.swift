@@ -119,8 +119,9 @@ import Testing
     idle.send("GET / HTTP/1.1\r\n\r\n")
     #expect(idle.readResponse()?.status == 200)
     busy.send("GET /delay?ms=300 HTTP/1.1\r\n\r\n")
-    // Make sure the request is in flight before signalling: a second connection's answer
-    // comes through the same event loop after the first request was read.
+    // Make sure the request has reached the server before signalling: it was sent before the
+    // probe, which is answered. (Its readiness may not have been handled yet: a draining
+    // connection reads and answers a request that has arrived.)
     let probe = try #require(ServeClient(port: port))
     probe.send("GET / HTTP/1.1\r\nConnection: close\r\n\r\n")
     #expect(probe.readResponse()?.status == 200)

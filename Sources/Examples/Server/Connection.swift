@@ -66,10 +66,15 @@ final class Connection: @unchecked Sendable {
     output.count - outputOffset >= Self.maximumBufferedOutput
   }
 
-  /// Finishes what is in flight, then closes. Connection queue.
+  /// Finishes what is in flight, then closes. A request that has already arrived counts as in
+  /// flight (it is read and answered, with `Connection: close`), even if its readiness event
+  /// has not reached this connection yet: shutdown loses no request a client sent before it.
+  /// Connection queue.
   func drain() {
     draining = true
-    if !requestInFlight && outputOffset == output.count { close() }
+    guard !closed, !requestInFlight, outputOffset == output.count else { return }
+    readable()
+    if !closed && !requestInFlight && outputOffset == output.count { close() }
   }
 
   // MARK: Reading and requests
