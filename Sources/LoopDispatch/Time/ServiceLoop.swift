@@ -1,9 +1,10 @@
 import MainLoop
 
 /// The dedicated thread whose event loop keeps the timers of every queue except the main
-/// queue (whose timers live on the main loop) and watches the descriptors and signals of
-/// sources that do not target the main queue. It never runs user code: a fired timer or a
-/// ready descriptor only enqueues work onto its queue, so its timers stay punctual.
+/// queue (whose timers live on the main loop) and watches the signals of sources that do not
+/// target the main queue (their descriptors are the I/O driver's: `Delivery/IODriver.swift`).
+/// It never runs user code: a fired timer only enqueues work onto its queue, so its timers
+/// stay punctual.
 enum ServiceLoop {
   /// The service loop, started on first use on the thread `ld.service`.
   static let shared: EventLoop = {
