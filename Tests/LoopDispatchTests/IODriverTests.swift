@@ -1,4 +1,3 @@
-import CLoopShims
 import Glibc
 import LoopDispatch
 import Synchronization
@@ -143,9 +142,15 @@ private func driverTestFailure(_ message: String) -> Never {
   exit(1)
 }
 
-/// The calling thread's name (as `top -H` shows it).
+/// The calling thread's name (as `top -H` shows it), from /proc.
 private func currentThreadName() -> String {
-  var buffer = [CChar](repeating: 0, count: 32)
-  _ = cls_get_thread_name(&buffer)
-  return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+  let fd = open("/proc/thread-self/comm", O_RDONLY | O_CLOEXEC)
+  guard fd >= 0 else { return "?" }
+  defer { close(fd) }
+  var buffer = [UInt8](repeating: 0, count: 32)
+  let count = read(fd, &buffer, buffer.count)
+  guard count > 0 else { return "?" }
+  return String(decoding: buffer[..<count], as: UTF8.self).split(separator: "\n").first.map(
+    String.init)
+    ?? ""
 }
