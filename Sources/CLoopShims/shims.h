@@ -187,13 +187,15 @@ static inline int cls_epoll_control(int epfd, int op, int fd, uint32_t events, u
   event.data.u64 = token;
   return epoll_ctl(epfd, op, fd, &event) == 0 ? 0 : errno;
 }
-/// Waits for one event (timeout in ms, -1 forever); returns 1 with its fields, 0, or -1.
-static inline int cls_epoll_wait_one(int epfd, uint32_t *events, uint64_t *token, int timeout) {
-  struct epoll_event event;
-  int n = epoll_wait(epfd, &event, 1, timeout);
-  if (n == 1) {
-    *events = event.events;
-    *token = event.data.u64;
+/// Waits for up to `max` (at most 64) events; returns the count (fields copied out), 0 or -1.
+static inline int cls_epoll_wait_many(int epfd, uint32_t *events, uint64_t *tokens, int max,
+                                      int timeout) {
+  struct epoll_event batch[64];
+  if (max > 64) max = 64;
+  int n = epoll_wait(epfd, batch, max, timeout);
+  for (int i = 0; i < n; i++) {
+    events[i] = batch[i].events;
+    tokens[i] = batch[i].data.u64;
   }
   return n;
 }

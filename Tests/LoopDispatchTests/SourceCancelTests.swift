@@ -199,7 +199,7 @@ import Testing
   /// In a child process, where no other test opens descriptors, the count returns to its
   /// baseline.
   @Test func churnLeaksNoDescriptors() async {
-    await #expect(processExitsWith: .success) {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       // Warm up: the service loop's own descriptors belong to the baseline.
       if let problem = runSourceChurn(total: 1, threads: 1).first { failChild(problem) }
       let baseline = openDescriptorCount()
@@ -208,6 +208,9 @@ import Testing
       }
       let after = openDescriptorCount()
       if after != baseline { failChild("\(after) descriptors open, \(baseline) before") }
+    }
+    if let result, result.exitStatus != .exitCode(0) {
+      Issue.record("child: \(String(decoding: result.standardErrorContent, as: UTF8.self))")
     }
   }
 }

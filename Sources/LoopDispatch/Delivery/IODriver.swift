@@ -235,16 +235,32 @@ final class IODriver: @unchecked Sendable {
 
   /// Polls until this thread gives the role away (an inline handler it ran overran and the
   /// standby took over).
+  ///
+  /// Of the events one `epoll_wait` returns, only the last may run its handler inline: the
+  /// others are queued onto their targets first, so that under load the pool's workers run
+  /// them in parallel instead of this thread running them one after another. A lone event
+  /// (a ping-pong, a quiet server) runs inline, with no hand-off at all.
   private func pollWhileHoldingRole() {
+    var events = [UInt32](repeating: 0, count: Self.batchSize)
+    var tokens = [UInt64](repeating: 0, count: Self.batchSize)
     while true {
-      var events: UInt32 = 0
-      var token: UInt64 = 0
-      let count = cls_epoll_wait_one(epfd, &events, &token, -1)
-      guard count == 1 else { continue }  // EINTR
-      eventsSeen.wrappingAdd(1, ordering: .relaxed)
-      if !dispatch(events: events, token: token) { return }
+      let count = cls_epoll_wait_many(epfd, &events, &tokens, Int32(Self.batchSize), -1)
+      guard count > 0 else { continue }  // EINTR
+      eventsSeen.wrappingAdd(UInt64(count), ordering: .relaxed)
+      for index in 0..<Int(count) {
+        DriverThreadMark.inlinePermitted = index == Int(count) - 1
+        if !dispatch(events: events[index], token: tokens[index]) {
+          // Lost the role during the last (inline) handler: stand by.
+          DriverThreadMark.inlinePermitted = false
+          return
+        }
+      }
+      DriverThreadMark.inlinePermitted = false
     }
   }
+
+  /// Events taken per `epoll_wait`.
+  static let batchSize = 32
 
   /// Hands one event to its sources. Returns false if this thread lost the poller role
   /// while running an inline handler.
@@ -311,8 +327,12 @@ final class IODriver: @unchecked Sendable {
     return true
   }
 
-  /// Whether an inline run could start now (a cheap pre-check before claiming a queue).
-  var mayRunInline: Bool { !inlineRunning.load(ordering: .relaxed) }
+  /// Whether an inline run could start now on the calling driver thread (a cheap pre-check
+  /// before claiming a queue): the event is the last of its batch and no other inline
+  /// handler runs.
+  var mayRunInline: Bool {
+    DriverThreadMark.inlinePermitted && !inlineRunning.load(ordering: .relaxed)
+  }
 }
 
 /// One watched descriptor file: its token and the sources reading and writing it.
@@ -379,11 +399,21 @@ extension FDInterest {
 enum DriverThreadMark {
   private static let driverBit: Int32 = 1
   private static let roleBit: Int32 = 2
+  private static let inlineBit: Int32 = 4
 
   /// Marks the calling thread as a driver thread. Called once by each, first.
   static func set() { ThreadSlots.setDriverFlags(driverBit) }
 
   static var isSet: Bool { ThreadSlots.driverFlags() & driverBit != 0 }
+
+  /// Whether the event being dispatched may run its handler inline (the last of its batch).
+  static var inlinePermitted: Bool {
+    get { ThreadSlots.driverFlags() & inlineBit != 0 }
+    set {
+      let flags = ThreadSlots.driverFlags()
+      ThreadSlots.setDriverFlags(newValue ? flags | inlineBit : flags & ~inlineBit)
+    }
+  }
 
   /// Whether the calling driver thread still holds the poller role after a dispatch.
   static var holdsRole: Bool {
