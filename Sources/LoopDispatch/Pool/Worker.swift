@@ -20,7 +20,7 @@ final class Worker: @unchecked Sendable {
   /// Atomic. True while the worker runs a job (not searching, not parked).
   let busy = Atomic<Bool>(false)
   /// Iterations of the next spin (adaptive; see `spinForWork`). Only touched by the worker.
-  private var spinBudget = 64
+  private var spinBudget = WorkerPool.spinFloor
 
   // The run-next slot (`WorkerPool+RunNext.swift`). The three stored properties are
   // protected by the pool's lock; `hasRunNext` mirrors `runNext != nil` for lock-free checks
@@ -100,9 +100,12 @@ final class Worker: @unchecked Sendable {
   /// once when enough other workers are already spinning.
   ///
   /// The spin adapts: a spin that found work doubles the next one (up to the pool's
-  /// limit), a spin that found nothing halves it (down to a few iterations), so a worker
-  /// whose work arrives in bursts keeps catching it without a wake-up, while an idle pool
-  /// stops burning a core almost at once.
+  /// limit), a spin that found nothing halves it, down to `WorkerPool.spinFloor` (a few
+  /// microseconds): long enough to catch the reply of a thread that is awake (the main loop
+  /// turning a `MainActor.run` around takes about a microsecond), so a ping-pong that once
+  /// missed does not stay in the slow state where every reply needs a futex wake-up. One
+  /// spinner at a time, so idle spinning never takes more than one core, and only right
+  /// after a job.
   private func spinForWork() -> Bool {
     let searchers = pool.searching.wrappingAdd(1, ordering: .sequentiallyConsistent).newValue
     defer { pool.searching.wrappingSubtract(1, ordering: .sequentiallyConsistent) }
@@ -114,7 +117,7 @@ final class Worker: @unchecked Sendable {
       }
       spinLoopHint()
     }
-    spinBudget = Swift.max(8, spinBudget / 2)
+    spinBudget = Swift.max(WorkerPool.spinFloor, spinBudget / 2)
     return false
   }
 

@@ -33,8 +33,10 @@ final class WorkerPool: @unchecked Sendable {
   /// How long an extra (grown) worker stays parked before it exits (default 5 s;
   /// `LOOPDISPATCH_IDLE_RETIREMENT_MS` overrides).
   let idleRetirement: Duration
-  /// How many empty checks a worker spins through before parking.
+  /// How many empty checks a worker spins through before parking (each ~20 ns here).
   let spinLimit = 1_000
+  /// The fewest checks of a spin (see `Worker.spinForWork`): about 5 µs here.
+  static let spinFloor = 256
   /// At most this many workers spin at once; the others park straight away, so idle
   /// spinning never takes more than one core from the threads producing work.
   let maximumSearchers = 1

@@ -80,7 +80,7 @@ extension EventLoop {
     let wasBusy = ranPostsSinceSleepCheck
     ranPostsSinceSleepCheck = false
     if inbox.hasPosts { return false }
-    if wasBusy && spinForPosts() { return false }
+    if wasBusy && idleSpinLimitNanoseconds > 0 && spinForPosts() { return false }
     wakePending.store(false, ordering: .sequentiallyConsistent)
     if inbox.hasPostsSequentiallyConsistent {
       noteAwake()
@@ -98,32 +98,30 @@ extension EventLoop {
     batchRanThisTurn = false
   }
 
-  /// Watches the inbox for up to `spinBudgetNanoseconds` (adaptive, at most
-  /// `idleSpinLimitNanoseconds`): a reply that comes back within tens of microseconds of the
-  /// loop's last post then finds it awake, with no eventfd write and no `epoll_wait` sleep.
-  /// A spin that finds a post doubles the next budget (up to the limit); one that finds none
-  /// halves it, down to nothing, so a loop whose posts have stopped soon stops spinning.
-  /// Returns whether a post arrived. Loop thread only; the flag stays true meanwhile.
+  /// Watches the inbox for up to `spinBudgetNanoseconds`: a reply that comes back within tens
+  /// of microseconds of the loop's last post then finds it awake, with no eventfd write and
+  /// no `epoll_wait` sleep. Only after a turn that ran posted work (so an idle loop never
+  /// spins). A spin that finds a post restores the full budget; one that finds none shrinks
+  /// the next by a quarter, but never below `idleSpinFloorNanoseconds`: the budget must stay
+  /// longer than a sleeping thread takes to wake (10–40 µs here), or a round trip whose two
+  /// sides both fell asleep once would stay asleep (each side's spin expiring before the
+  /// other's reply) — an adaptive spin that decays to nothing has that second, slow, steady
+  /// state. Returns whether a post arrived. Loop thread only; the flag stays true meanwhile.
   private func spinForPosts() -> Bool {
-    if spinBudgetNanoseconds == 0 {
-      // Spinning stopped paying: try again, smallest, after a busy turn.
-      spinBudgetNanoseconds = idleSpinLimitNanoseconds / 64
-      return false
-    }
     let start = Deadline.now.uptimeNanoseconds
     let end = start &+ spinBudgetNanoseconds
     while true {
       for _ in 0..<32 {
         if inbox.hasPosts {
-          spinBudgetNanoseconds = Swift.min(idleSpinLimitNanoseconds, spinBudgetNanoseconds * 2)
+          spinBudgetNanoseconds = idleSpinLimitNanoseconds
           return true
         }
         cls_cpu_relax()
       }
       if Deadline.now.uptimeNanoseconds >= end { break }
     }
-    spinBudgetNanoseconds /= 2
-    if spinBudgetNanoseconds < idleSpinLimitNanoseconds / 64 { spinBudgetNanoseconds = 0 }
+    spinBudgetNanoseconds = Swift.max(
+      idleSpinFloorNanoseconds, spinBudgetNanoseconds - spinBudgetNanoseconds / 4)
     return false
   }
 }

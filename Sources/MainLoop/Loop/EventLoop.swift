@@ -57,6 +57,9 @@ public final class EventLoop: @unchecked Sendable {
   /// work (0: never). Immutable: 50 µs for ``main`` (it hands work to the pool and waits for
   /// replies), 0 for other loops.
   let idleSpinLimitNanoseconds: UInt64
+  /// The shortest spin once spinning started paying nothing (see `spinForPosts`): 40 µs for
+  /// ``main``. Immutable.
+  let idleSpinFloorNanoseconds: UInt64
   /// The next spin's budget (adaptive, see `spinForPosts`). Only touched on the loop thread.
   var spinBudgetNanoseconds: UInt64
   /// Atomic. Set by `stop()`, consumed by `run`.
@@ -110,6 +113,7 @@ public final class EventLoop: @unchecked Sendable {
     self.batchLimit = batchLimit
     self.isMainLoop = boundToMainThread
     self.idleSpinLimitNanoseconds = boundToMainThread ? 50_000 : 0
+    self.idleSpinFloorNanoseconds = boundToMainThread ? 40_000 : 0
     self.spinBudgetNanoseconds = self.idleSpinLimitNanoseconds
     self.base = EventLoop.makeBase()
     let wake = cls_eventfd(0, cls_efd_nonblock_cloexec)
