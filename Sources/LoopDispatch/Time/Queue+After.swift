@@ -107,7 +107,7 @@ extension Queue {
       delayed.fire()
       return delayed
     }
-    let timer = ServiceLoop.loop(for: self).schedule(at: deadline) { delayed.fire() }
+    let timer = ServiceLoop.loop(for: self).schedule(at: deadline, target: delayed)
     delayed.attach(timer)
     return delayed
   }
@@ -128,4 +128,10 @@ extension Queue {
   public func after(deadline: Deadline, execute item: WorkItem) -> DelayedWork {
     after(deadline: deadline) { item.perform() }
   }
+}
+
+extension DelayedWork: LoopTimerTarget {
+  /// The timer fired (loop thread): the work goes to its queue. The timer itself is the
+  /// handler's only allocation besides this object (no closure per `after`).
+  package func loopTimerFired() { fire() }
 }

@@ -42,8 +42,14 @@ extension EventLoop {
   @usableFromInline
   func _execute(_ job: @escaping @Sendable () -> Void) {
     inbox.push(job)
-    // See the protocol above: load first so an awake loop costs no read-modify-write. The
-    // loop's own thread never needs a wake: it checks the inbox before it sleeps.
+    wakeUnlessAwake()
+  }
+
+  /// Step 1's second half, after a push (to the inbox or the pending timers): writes the
+  /// eventfd if the loop may be asleep. Load first so an awake loop costs no
+  /// read-modify-write; the loop's own thread never needs a wake (it checks before it sleeps).
+  @usableFromInline
+  func wakeUnlessAwake() {
     if !wakePending.load(ordering: .sequentiallyConsistent) && !isInLoopThread
       && !wakePending.exchange(true, ordering: .sequentiallyConsistent)
     {
@@ -52,9 +58,13 @@ extension EventLoop {
     }
   }
 
+  /// Whether posts or timers scheduled from other threads wait. Loop thread only.
+  var hasWork: Bool { inbox.hasPosts || pendingInsertions.load(ordering: .relaxed) != 0 }
+
   /// Runs when the wake eventfd is readable. Loop thread only.
   func handleWake() {
     Syscall.drainCounter(wakeFD)
+    insertPendingTimers()
     runPosted()
   }
 
@@ -79,10 +89,12 @@ extension EventLoop {
   func prepareToSleep() -> Bool {
     let wasBusy = ranPostsSinceSleepCheck
     ranPostsSinceSleepCheck = false
-    if inbox.hasPosts { return false }
+    if hasWork { return false }
     if wasBusy && idleSpinLimitNanoseconds > 0 && spinForPosts() { return false }
     wakePending.store(false, ordering: .sequentiallyConsistent)
-    if inbox.hasPostsSequentiallyConsistent {
+    if inbox.hasPostsSequentiallyConsistent
+      || pendingInsertions.load(ordering: .sequentiallyConsistent) != 0
+    {
       noteAwake()
       return false
     }
@@ -94,6 +106,7 @@ extension EventLoop {
   /// due timers, then at most one batch of posts. Loop thread only.
   func finishTurn() {
     noteAwake()
+    insertPendingTimers()
     if !batchRanThisTurn && inbox.hasPosts { runPosted() }
     batchRanThisTurn = false
   }
@@ -112,7 +125,7 @@ extension EventLoop {
     let end = start &+ spinBudgetNanoseconds
     while true {
       for _ in 0..<32 {
-        if inbox.hasPosts {
+        if hasWork {
           spinBudgetNanoseconds = idleSpinLimitNanoseconds
           return true
         }

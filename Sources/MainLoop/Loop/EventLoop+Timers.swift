@@ -44,14 +44,61 @@ extension EventLoop {
         loop: self, deadline: first.uptimeNanoseconds, interval: UInt64(nanos), handler: body))
   }
 
+  /// Runs `target.loopTimerFired()` on the loop thread no earlier than `deadline`, allocating
+  /// nothing but the timer. For package code (LoopDispatch's `after`). Any thread.
+  package func schedule(at deadline: Deadline, target: any LoopTimerTarget) -> LoopTimer {
+    add(LoopTimer(loop: self, deadline: deadline.uptimeNanoseconds, target: target))
+  }
+
+  /// From another thread the timer is pushed onto `pendingInsertions` (a lock-free stack
+  /// through the timers themselves, so no closure is allocated) and the loop is woken as
+  /// `execute` would wake it; the loop inserts pending timers after each poll
+  /// (`insertPendingTimers`) and checks the stack before it sleeps.
   private func add(_ timer: LoopTimer) -> LoopTimer {
     liveTimers.wrappingAdd(1, ordering: .relaxed)
     if isInLoopThread {
       insertTimer(timer)
-    } else {
-      execute { [self] in insertTimer(timer) }
+      return timer
     }
+    // Retained by the stack until the loop pops it.
+    let node = Unmanaged.passRetained(timer)
+    var head = pendingInsertions.load(ordering: .relaxed)
+    while true {
+      timer.nextPendingInsertion =
+        head == 0 ? nil : Unmanaged.fromOpaque(UnsafeRawPointer(bitPattern: head)!)
+      // Sequentially consistent, like the inbox's claim: pairs with the loop's clearing of
+      // `wakePending` and its load of this stack (EventLoop+Execute.swift).
+      let (pushed, current) = pendingInsertions.compareExchange(
+        expected: head, desired: UInt(bitPattern: node.toOpaque()),
+        ordering: .sequentiallyConsistent)
+      if pushed { break }
+      head = current
+    }
+    wakeUnlessAwake()
     return timer
+  }
+
+  /// Inserts the timers other threads scheduled, in the order they were scheduled (per
+  /// thread). Loop thread only.
+  func insertPendingTimers() {
+    guard pendingInsertions.load(ordering: .relaxed) != 0 else { return }
+    // Acquiring: the pushers' timers (and their links) are visible.
+    let head = pendingInsertions.exchange(0, ordering: .acquiring)
+    var reversed: Unmanaged<LoopTimer>?
+    var node =
+      head == 0 ? nil : Unmanaged<LoopTimer>.fromOpaque(UnsafeRawPointer(bitPattern: head)!)
+    while let current = node {
+      let timer = current.takeUnretainedValue()
+      node = timer.nextPendingInsertion
+      timer.nextPendingInsertion = reversed
+      reversed = current
+    }
+    while let current = reversed {
+      let timer = current.takeRetainedValue()  // The stack's retain, dropped here.
+      reversed = timer.nextPendingInsertion
+      timer.nextPendingInsertion = nil
+      insertTimer(timer)
+    }
   }
 
   /// Loop thread only.
@@ -114,7 +161,7 @@ extension EventLoop {
       }
       // Single writer (the loop thread): a plain load-then-store is enough.
       timersFired.store(timersFired.load(ordering: .relaxed) &+ 1, ordering: .relaxed)
-      handler()
+      handler.run()
     }
   }
 

@@ -71,6 +71,9 @@ public final class EventLoop: @unchecked Sendable {
   /// Immutable. Whether the loop is bound to the process main thread.
   let isMainLoop: Bool
 
+  /// Atomic. Timers scheduled from other threads, not yet in the heap: the opaque pointer of
+  /// the newest (0: none), each linking to the next (see `EventLoop+Timers.swift`).
+  let pendingInsertions = Atomic<UInt>(0)
   /// Timers ordered by deadline. Only touched on the loop thread.
   var timers = TimerHeap()
   /// The deadline the timer descriptor is armed for (0: disarmed). Only touched on the loop thread.
@@ -128,6 +131,7 @@ public final class EventLoop: @unchecked Sendable {
     if running.load(ordering: .relaxed) {
       internalBug("EventLoop \(name) deallocated while running")
     }
+    // No timer waits in `pendingInsertions` here: each holds the loop strongly.
     for timer in timers.removeAll() { timer.handler = nil }
     if let wakeEvent { event_free(wakeEvent) }
     if let timerEvent { event_free(timerEvent) }

@@ -23,7 +23,7 @@ public final class LoopTimer: @unchecked Sendable {
   var heapIndex: Int = -1
   /// The user's closure; dropped (releasing its captures) once the timer is done or cancelled.
   /// Only touched on the loop thread.
-  var handler: (@Sendable () -> Void)?
+  var handler: LoopTimerAction?
   /// Atomic. Set once by `cancel()`; the loop checks it (acquiring) before each fire.
   private let cancelled = Atomic<Bool>(false)
 
@@ -32,8 +32,18 @@ public final class LoopTimer: @unchecked Sendable {
     self.loop = loop
     self.deadline = deadline
     self.intervalNanoseconds = interval
-    self.handler = handler
+    self.handler = .closure(handler)
   }
+
+  init(loop: EventLoop, deadline: UInt64, target: any LoopTimerTarget) {
+    self.loop = loop
+    self.deadline = deadline
+    self.intervalNanoseconds = 0
+    self.handler = .target(target)
+  }
+
+  /// Loop thread only: the next timer waiting to be inserted (see `EventLoop+Timers.swift`).
+  var nextPendingInsertion: Unmanaged<LoopTimer>?
 
   /// Whether ``cancel()`` has been called.
   public var isCancelled: Bool { cancelled.load(ordering: .acquiring) }
@@ -129,4 +139,25 @@ struct TimerHeap {
       parent = smallest
     }
   }
+}
+
+/// What a timer does when it fires: a closure, or a call on an object that is its own
+/// handler (LoopDispatch's `after` uses that to allocate no closure).
+enum LoopTimerAction {
+  case closure(@Sendable () -> Void)
+  case target(any LoopTimerTarget)
+
+  @inline(__always)
+  func run() {
+    switch self {
+    case .closure(let body): body()
+    case .target(let target): target.loopTimerFired()
+    }
+  }
+}
+
+/// An object that handles its own timer's fire (for package code that must not allocate a
+/// closure per timer). Called on the loop thread.
+package protocol LoopTimerTarget: AnyObject, Sendable {
+  func loopTimerFired()
 }
