@@ -24,6 +24,7 @@ let scenarios: [String: () -> Void] = [
   "source-main-signal": sourceMainSignal,
   "thread-failure": threadFailureScenario,
   "reused-number-main": reusedNumberMainScenario,
+  "main-chain": mainChainScenario,
 ]
 
 guard CommandLine.arguments.count == 2, let scenario = scenarios[CommandLine.arguments[1]] else {

@@ -67,7 +67,7 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
     isListeningSocket =
       isSocket && getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &length) == 0
       && accepting != 0
-    persistentWatch = queue.kind == .main
+    persistentWatch = queue.root.kind == .main
     super.init(queue: queue, merge: .replace)
   }
 

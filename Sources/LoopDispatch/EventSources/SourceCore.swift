@@ -192,7 +192,9 @@ class SourceCore: @unchecked Sendable {
       if claimed { break }
       current = actual
     }
-    if loop.isInLoopThread && queue.kind == .main && queue.runInlineIfIdle({ deliver() }) {
+    if loop.isInLoopThread && loop === EventLoop.main
+      && queue.runInlineOnMainLoopIfIdle({ deliver() })
+    {
       return .ranInline
     }
     // On an I/O driver thread, a serial target whose chain is idle runs the handler here:
@@ -249,6 +251,18 @@ class SourceCore: @unchecked Sendable {
 }
 
 extension Queue {
+  /// Runs `body` at once on the main loop's thread if this queue — the main queue, or a serial
+  /// queue whose chain ends at it — and every queue up its chain are idle, holding them as a
+  /// `sync` would; returns false without running it otherwise. Main loop thread only.
+  func runInlineOnMainLoopIfIdle(_ body: () -> Void) -> Bool {
+    if kind == .main { return runInlineIfIdle(body) }
+    guard kind == .serial, tryClaimChainEndingAtMain() else { return false }
+    ThreadFrame.with(Queue.main, exclusive: true) { withChainFrames(body) }
+    unlockSyncChain(upTo: nil)
+    Queue.main.releaseSyncLock()
+    return true
+  }
+
   /// Runs `body` at once on the calling thread if this (main) queue is idle, holding it as a
   /// `sync` would; returns false without running it otherwise. Main loop thread only.
   func runInlineIfIdle(_ body: () -> Void) -> Bool {

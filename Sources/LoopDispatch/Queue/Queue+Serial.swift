@@ -199,6 +199,28 @@ extension Queue {
     return false
   }
 
+  /// Takes SYNC_LOCKED on this serial queue, each serial queue up its chain and the main
+  /// queue at its end, if all are idle; returns false holding nothing otherwise (or if the
+  /// chain ends at a global queue). Main loop thread only: holding the main queue is only
+  /// right on the main thread.
+  func tryClaimChainEndingAtMain() -> Bool {
+    var queue = self
+    while true {
+      guard queue.isSerialLike, queue.incoming.load(ordering: .relaxed) == nil,
+        queue.backlogHead.load(ordering: .relaxed) == nil
+      else { break }
+      let (locked, _) = queue.state.compareExchange(
+        expected: 0, desired: SerialState.syncLocked, ordering: .sequentiallyConsistent)
+      guard locked else { break }
+      if queue.kind == .main { return true }
+      guard let next = queue.target else { break }
+      queue = next
+    }
+    // Undo the locks taken below `queue` (the main queue is never locked when we get here).
+    if queue !== self { unlockSyncChain(upTo: queue) }
+    return false
+  }
+
   /// Releases this queue's SYNC_LOCKED (taken alone, target is global).
   @inline(__always)
   func releaseSyncLock() {

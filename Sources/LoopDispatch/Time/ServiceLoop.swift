@@ -22,8 +22,11 @@ enum ServiceLoop {
     return loop
   }()
 
-  /// The loop that keeps `queue`'s timers and sources: the main loop for the main queue.
+  /// The loop that keeps `queue`'s timers and sources: the main loop for the main queue and
+  /// for every queue whose target chain ends at it (their work runs on the main thread, so
+  /// their events are seen there too), the service loop otherwise. Chosen when the timer or
+  /// source is created.
   static func loop(for queue: Queue) -> EventLoop {
-    queue.kind == .main ? EventLoop.main : shared
+    queue.root.kind == .main ? EventLoop.main : shared
   }
 }
