@@ -80,6 +80,31 @@ import Testing
   }
 }
 
+/// An fd source's `data` is computed when the handler reads it, not before the handler
+/// starts: bytes that arrive in between are counted (computed up front it would say 1).
+@Test func aReadSourcesDataIsComputedWhenTheHandlerReadsIt() throws {
+  let pair = try makePipe()
+  let seen = Locked([UInt]())
+  let done = Latch()
+  let source = try ReadSource(fd: pair.read, queue: Queue(label: "io-lazy-data"))
+  source.setEventHandler { [unowned source] in
+    _ = writeBytes(pair.write, 5)  // More bytes, after the event and before `data` is read.
+    seen.withLock { $0.append(source.data) }
+    _ = drain(source.fd)
+    done.open()
+  }
+  let cancelled = Latch()
+  source.setCancelHandler { cancelled.open() }
+  source.activate()
+  _ = writeBytes(pair.write, 1)
+  #expect(done.wait())
+  source.cancel()
+  #expect(cancelled.wait())
+  close(pair.read)
+  close(pair.write)
+  #expect(seen.value.first == 6)
+}
+
 /// A socket watched only for writing, with a full send buffer, whose peer half-closes: the
 /// driver gets no stream of events for the half-close (it is read readiness, armed only
 /// while reading is), so it stays asleep.

@@ -58,11 +58,9 @@ final class IODriver: @unchecked Sendable {
   private let inlineSequence = Atomic<UInt64>(0)
   /// Atomic. Whether the periodic watchdog timer is running.
   private let watchdogArmed = Atomic<Bool>(false)
-  /// Atomic. Inline handlers run / events seen / stale tokens skipped (for tests and stats).
+  /// Atomic. Inline handlers run and events seen (for `RuntimeStats`).
   let inlineRuns = Atomic<UInt64>(0)
   let eventsSeen = Atomic<UInt64>(0)
-  let staleEvents = Atomic<UInt64>(0)
-  let takeovers = Atomic<UInt64>(0)
 
   private init() {
     epfd = cls_epoll_create()
@@ -106,7 +104,7 @@ final class IODriver: @unchecked Sendable {
   func register(_ core: FileDescriptorCore, fd: Int32, interest: FDInterest) -> Result<
     IOEntry, IORegistrationError
   > {
-    guard let identity = FileIdentityKey(of: fd) else { return .failure(.init(code: EBADF)) }
+    guard let identity = FileIdentity(of: fd) else { return .failure(.init(code: EBADF)) }
     return lock.withLock { tables -> Result<IOEntry, IORegistrationError> in
       if let existing = tables.byDescriptor[fd], existing.identity != identity {
         // The number was closed while watched and now names another file: the old entry's
@@ -200,7 +198,6 @@ final class IODriver: @unchecked Sendable {
       if role.load(ordering: .acquiring) == 0 && inlineRunning.load(ordering: .acquiring)
         && sequence == lastSequence
       {
-        takeovers.wrappingAdd(1, ordering: .relaxed)
         return  // The same handler for a whole period: poll instead of it.
       }
       if sequence != lastSequence || inlineRunning.load(ordering: .acquiring) {
@@ -270,7 +267,6 @@ final class IODriver: @unchecked Sendable {
     let ready: (read: FileDescriptorCore?, write: FileDescriptorCore?) = lock.withLock {
       tables in
       guard let entry = tables.byToken[token] else {
-        staleEvents.wrappingAdd(1, ordering: .relaxed)
         return (nil, nil)
       }
       let failed = events & (cls_epollerr | cls_epollhup) != 0
@@ -340,7 +336,7 @@ final class IODriver: @unchecked Sendable {
 final class IOEntry: @unchecked Sendable {
   // @unchecked Sendable: see above.
   let fd: Int32
-  let identity: FileIdentityKey
+  let identity: FileIdentity
   let token: UInt64
   var readCore: FileDescriptorCore?
   var writeCore: FileDescriptorCore?
@@ -351,7 +347,7 @@ final class IOEntry: @unchecked Sendable {
   /// Removed from the epoll set (its last source unregistered).
   var removed = false
 
-  init(fd: Int32, identity: FileIdentityKey, token: UInt64) {
+  init(fd: Int32, identity: FileIdentity, token: UInt64) {
     self.fd = fd
     self.identity = identity
     self.token = token
@@ -376,19 +372,6 @@ final class IOEntry: @unchecked Sendable {
 /// A registration the kernel refused.
 struct IORegistrationError: Error {
   var code: Int32
-}
-
-/// The identity (device, inode) of the file behind a descriptor number.
-struct FileIdentityKey: Equatable {
-  var device: UInt
-  var inode: UInt
-
-  init?(of fd: Int32) {
-    var info = stat()
-    guard fstat(fd, &info) == 0 else { return nil }
-    device = UInt(info.st_dev)
-    inode = UInt(info.st_ino)
-  }
 }
 
 extension FDInterest {

@@ -29,8 +29,8 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
   let fd: Int32
   let interest: FDInterest
   let label: String
-  private let device: UInt
-  private let inode: UInt
+  /// The file `fd` named at creation (the main loop's per-event check).
+  private let identity: FileIdentity
   private let isRegularFile: Bool
   private let isListeningSocket: Bool
   private let isSocket: Bool
@@ -58,8 +58,7 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
     self.fd = fd
     self.interest = interest
     self.label = label
-    device = UInt(info.st_dev)
-    inode = UInt(info.st_ino)
+    identity = FileIdentity(info)
     isRegularFile = type == S_IFREG
     isSocket = type == S_IFSOCK
     var accepting: Int32 = 0
@@ -107,8 +106,7 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
 
   /// Main loop thread.
   private func mainLoopReadinessFired() {
-    var info = stat()
-    guard fstat(fd, &info) == 0, UInt(info.st_dev) == device, UInt(info.st_ino) == inode else {
+    guard FileIdentity(of: fd) == identity else {
       writeStandardError(
         "LoopDispatch: \(label): fd \(fd) was closed (and perhaps reused) while the source watched it; "
           + "cancel a source before closing its descriptor. The event is dropped.\n")

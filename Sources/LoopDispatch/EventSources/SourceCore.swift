@@ -255,24 +255,14 @@ extension Queue {
   /// queue whose chain ends at it — and every queue up its chain are idle, holding them as a
   /// `sync` would; returns false without running it otherwise. Main loop thread only.
   func runInlineOnMainLoopIfIdle(_ body: () -> Void) -> Bool {
-    if kind == .main { return runInlineIfIdle(body) }
-    guard kind == .serial, tryClaimChainEndingAtMain() else { return false }
-    ThreadFrame.with(Queue.main, exclusive: true) { withChainFrames(body) }
-    unlockSyncChain(upTo: nil)
+    guard isSerialLike, tryClaimChainEndingAtMain() else { return false }
+    if kind == .main {
+      ThreadFrame.with(self, exclusive: true, body)
+    } else {
+      ThreadFrame.with(Queue.main, exclusive: true) { withChainFrames(body) }
+      unlockSyncChain(upTo: nil)  // Stops at the main queue, released next.
+    }
     Queue.main.releaseSyncLock()
-    return true
-  }
-
-  /// Runs `body` at once on the calling thread if this (main) queue is idle, holding it as a
-  /// `sync` would; returns false without running it otherwise. Main loop thread only.
-  func runInlineIfIdle(_ body: () -> Void) -> Bool {
-    guard incoming.load(ordering: .relaxed) == nil, backlogHead.load(ordering: .relaxed) == nil,
-      state.compareExchange(
-        expected: 0, desired: SerialState.syncLocked, ordering: .sequentiallyConsistent
-      ).exchanged
-    else { return false }
-    ThreadFrame.with(self, exclusive: true, body)
-    releaseSyncLock()
     return true
   }
 }

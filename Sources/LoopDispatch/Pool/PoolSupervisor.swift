@@ -89,15 +89,12 @@ final class PoolSupervisor: @unchecked Sendable {
       defer { lastStarted = started }
       // A slot or batch whose owner has not come back for a tick goes to its lane.
       let registered = registeredWorkers()
-      _ = pool.rescueStrandedRunNext(among: registered)
-      _ = pool.rescueStrandedBatches(among: registered)
+      pool.rescueStrandedRunNext(among: registered)
+      pool.rescueStrandedBatches(among: registered)
       guard started == lastStarted, pool.pendingJobs.load(ordering: .relaxed) > 0 else { continue }
       // Jobs waited a whole tick and none started. A parked worker means a wake-up was missed
       // (or a rescued slot job needs one): wake it rather than grow.
-      if pool.wakeParkedWorker() {
-        pool.missedWakes.wrappingAdd(1, ordering: .relaxed)
-        continue
-      }
+      if pool.wakeParkedWorker() { continue }
       guard pool.searching.load(ordering: .relaxed) == 0 else { continue }
       if Deadline.now >= retryAt && everyWorkerIsBlocked(pool) {
         if case .refused = pool.spawnWorker(isExtra: true) { retryAt = .now + retryDelay }

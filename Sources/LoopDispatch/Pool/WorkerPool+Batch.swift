@@ -103,7 +103,7 @@ extension WorkerPool {
     return taken
   }
 
-  /// Rule 1: takes half (at least one) of the fullest other worker's batch; runs the first
+  /// Rule 1: takes half (at least one) of the first other worker's batch that holds any; runs the first
   /// and keeps the rest in the thief's own batch. Called with no lock held, when the lanes
   /// and the thief's own batch and slot gave nothing.
   func steal(for thief: Worker) -> (PoolJob, Priority)? {
@@ -148,9 +148,8 @@ extension WorkerPool {
   }
 
   /// Rule 3, the supervisor's tick: returns the batch of each worker that started no job
-  /// since the last tick. Returns how many batches moved. Supervisor thread.
-  func rescueStrandedBatches(among workers: [Worker]) -> Int {
-    var moved = 0
+  /// since the last tick. Supervisor thread.
+  func rescueStrandedBatches(among workers: [Worker]) {
     for worker in workers {
       let progress = worker.progress.load(ordering: .relaxed)
       defer { worker.progressSeenBySupervisor = progress }
@@ -158,9 +157,7 @@ extension WorkerPool {
         progress == worker.progressSeenBySupervisor
       else { continue }
       state.withLock { returnBatch(of: worker, &$0) }
-      moved += 1
     }
-    return moved
   }
 }
 

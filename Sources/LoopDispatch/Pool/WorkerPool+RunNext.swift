@@ -76,8 +76,8 @@ extension WorkerPool {
 
   /// The calling worker is about to sleep in a blocking wait: its slot job goes to its lane,
   /// and its batch back to the front of its lane (and a parked worker is woken for them),
-  /// since the owner cannot run them now — one may be the very job the wait is for (rule 4). Cheap (one thread-local read) off the pool or with an
-  /// empty slot. Any thread.
+  /// since the owner cannot run them now — one may be the very job the wait is for (rule 4).
+  /// Cheap (one thread-local read) off the pool or with an empty slot and batch. Any thread.
   static func flushBeforeBlocking() {
     guard let worker = Worker.current,
       worker.hasRunNext.load(ordering: .relaxed) || worker.batchCount.load(ordering: .relaxed) > 0
@@ -86,27 +86,22 @@ extension WorkerPool {
     let wake: Wake = pool.state.withLock { state in
       pool.moveRunNextToLane(of: worker, state: &state)
       pool.returnBatch(of: worker, &state)
-      if pool.searching.load(ordering: .sequentiallyConsistent) > 0 { return .supervisor }
-      if let parked = state.idle.popLast() { return .worker(parked) }
-      return .supervisor
+      return pool.wakeForLaneWork(&state)
     }
     pool.perform(wake)
   }
 
   /// The supervisor's tick (rule 4): a slot already seen filled at the previous tick goes to
-  /// its lane. Returns how many slot jobs moved. Supervisor thread.
-  func rescueStrandedRunNext(among workers: [Worker]) -> Int {
+  /// its lane. Supervisor thread.
+  func rescueStrandedRunNext(among workers: [Worker]) {
     state.withLock { state in
-      var moved = 0
       for worker in workers where worker.runNext != nil {
         if worker.runNextSeen {
           moveRunNextToLane(of: worker, state: &state)
-          moved += 1
         } else {
           worker.runNextSeen = true
         }
       }
-      return moved
     }
   }
 }

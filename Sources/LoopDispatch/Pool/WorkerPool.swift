@@ -71,9 +71,6 @@ final class WorkerPool: @unchecked Sendable {
   let searching = Atomic<Int>(0)
   /// Atomic. Jobs taken by workers since start (progress, for the supervisor).
   let jobsStarted = Atomic<UInt64>(0)
-  /// Atomic. Times the supervisor found jobs waiting a whole tick beside a parked worker and
-  /// woke it (a missed or deferred wake-up; see `PoolSupervisor.run`).
-  let missedWakes = Atomic<UInt64>(0)
   /// Atomic. Workers created after start because the others were blocked.
   let growthEvents = Atomic<UInt64>(0)
   /// Atomic. Worker starts the system refused (`pthread_create` failed) since launch.
@@ -115,11 +112,19 @@ final class WorkerPool: @unchecked Sendable {
       // Sequentially consistent: pairs with a spinner's increment of `searching` followed by
       // its load of `pendingJobs` (Dekker): either it sees this job, or we see it searching.
       pendingJobs.wrappingAdd(1, ordering: .sequentiallyConsistent)
-      if searching.load(ordering: .sequentiallyConsistent) > 0 { return .supervisor }
-      if let worker = state.idle.popLast() { return .worker(worker) }
-      return .supervisor
+      return wakeForLaneWork(&state)
     }
     perform(wake)
+  }
+
+  /// Who must wake for a job just put in a lane: nobody if a worker is searching (it will
+  /// find it), else one parked worker, else the supervisor (every worker is busy). Pool lock
+  /// held; `pendingJobs` already counts the job.
+  @inline(__always)
+  func wakeForLaneWork(_ state: inout State) -> Wake {
+    if searching.load(ordering: .sequentiallyConsistent) > 0 { return .supervisor }
+    if let worker = state.idle.popLast() { return .worker(worker) }
+    return .supervisor
   }
 
   /// Who a change to the pool's work must wake, decided under the lock and done after it.

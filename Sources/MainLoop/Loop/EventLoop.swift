@@ -94,8 +94,6 @@ public final class EventLoop: @unchecked Sendable {
   /// Registered fd watches by descriptor number (see `EventLoop+Descriptors.swift`). Only
   /// touched on the loop thread.
   var watchesByDescriptor: [Int32: [EventRegistration]] = [:]
-  /// Atomic. Stale watches evicted from reused descriptor numbers. Written by the loop thread.
-  let staleWatchesEvicted = Atomic<UInt64>(0)
 
   /// The loop bound to the process main thread: the loop that `Queue.main` drains.
   public static let main = EventLoop(name: "main", boundToMainThread: true)

@@ -22,7 +22,6 @@ extension EventLoop {
         kept.append(registration)
       } else {
         registration.evictOnLoop()
-        staleWatchesEvicted.wrappingAdd(1, ordering: .relaxed)
       }
     }
     watchesByDescriptor[fd] = kept.isEmpty ? nil : kept
@@ -39,27 +38,29 @@ extension EventLoop {
     watches.removeAll { $0 === registration }
     watchesByDescriptor[fd] = watches.isEmpty ? nil : watches
   }
-
-  /// Watches taken out of the base because their descriptor's number was reused before they
-  /// were cancelled (a client closed a watched descriptor). For tests and diagnostics.
-  public var staleWatchEvictionCount: UInt64 { staleWatchesEvicted.load(ordering: .relaxed) }
 }
 
-/// The identity of the file behind a descriptor number.
-struct FileIdentity: Equatable {
-  var device: UInt
-  var inode: UInt
+/// The identity (device, inode) of the file behind a descriptor number: two numbers, or one
+/// number at two moments, name the same file exactly when their identities are equal. Shared
+/// with LoopDispatch's I/O driver and fd sources.
+package struct FileIdentity: Equatable, Sendable {
+  package var device: UInt
+  package var inode: UInt
 
-  init(device: UInt, inode: UInt) {
+  package init(device: UInt, inode: UInt) {
     self.device = device
     self.inode = inode
   }
 
+  /// The identity of `info`'s file.
+  package init(_ info: stat) {
+    self.init(device: UInt(info.st_dev), inode: UInt(info.st_ino))
+  }
+
   /// The identity of `fd`'s file, or nil if `fd` is not open.
-  init?(of fd: Int32) {
+  package init?(of fd: Int32) {
     var info = stat()
     guard fstat(fd, &info) == 0 else { return nil }
-    device = UInt(info.st_dev)
-    inode = UInt(info.st_ino)
+    self.init(info)
   }
 }
