@@ -144,6 +144,44 @@ import Testing
     #expect(early.value.isEmpty)
   }
 
+  /// Timers that fall due together are fired in one pass and submitted in one batch per
+  /// queue: each serial queue must still see its work in deadline (then scheduling) order,
+  /// whatever the interleaving of queues, and the global queue's work must all run.
+  @Test func timersFiringTogetherKeepTheirOrderOnEachQueue() {
+    let queues = (0..<3).map { Queue(label: "after-batch-\($0)") }
+    let perQueue = 50
+    let seen = queues.map { _ in Shared([Int]()) }  // Each written on its serial queue only.
+    let globalRan = Counter()
+    let done = Semaphore(value: 0)
+    let total = queues.count * perQueue + perQueue
+    let finished = Counter()
+    // Far enough ahead that even a sanitizer build schedules every timer before the first
+    // deadline (a deadline already passed would submit its work at once, out of this order).
+    let deadline = Deadline.now + .milliseconds(300)
+    for step in 0..<perQueue {
+      // Two deadlines, so that ties and deadline order both matter: the odd steps first.
+      let due = step % 2 == 1 ? deadline : deadline + .microseconds(5)
+      for (index, queue) in queues.enumerated() {
+        queue.after(deadline: due) {
+          seen[index].value.append(step)
+          if finished.increment() == total { done.signal() }
+        }
+      }
+      Queue.global().after(deadline: due) {
+        globalRan.increment()
+        if finished.increment() == total { done.signal() }
+      }
+    }
+    #expect(done.wait(timeout: .seconds(30)) == .success)
+    let expected =
+      Array(stride(from: 1, to: perQueue, by: 2)) + Array(stride(from: 0, to: perQueue, by: 2))
+    for index in queues.indices {
+      // Read after `done`: every append happened before its `finished` increment.
+      #expect(seen[index].value == expected)
+    }
+    #expect(globalRan.current == perQueue)
+  }
+
   @Test func thousandRandomTimersAllFireNeverEarlyAndCancelledOnesNeverRun() {
     let queue = Queue(label: "after-many")
     let count = scaled(1_000)

@@ -34,6 +34,42 @@ import Testing
     #expect(order.value == [0, 1, 2, 3])
   }
 
+  /// The coalescing rule itself, on the loop's own state: after an expiry, a deadline inside
+  /// the window is armed for the window's end; one beyond it is armed exactly.
+  @Test func aDeadlineInsideTheCoalescingWindowIsArmedForTheWindowsEnd() {
+    let loop = boundLoop("coalesce")
+    let window: UInt64 = 20_000  // `EventLoop.timerCoalescingNanoseconds`
+    let expiry = Deadline.now.uptimeNanoseconds + 1_000_000_000  // Far ahead: nothing fires.
+    loop.lastTimerExpiry = expiry
+    let near = loop.schedule(at: Deadline(uptimeNanoseconds: expiry + 5_000)) {}
+    #expect(loop.armedTimerDeadline == expiry + window)
+    near.cancel()
+    let fresh = boundLoop("coalesce-far")
+    fresh.lastTimerExpiry = expiry
+    let far = fresh.schedule(at: Deadline(uptimeNanoseconds: expiry + 3 * window)) {}
+    #expect(fresh.armedTimerDeadline == expiry + 3 * window)
+    far.cancel()
+  }
+
+  /// 200 timers 5 µs apart (closer than the window): every one fires, none early.
+  @Test func denseTimersAllFireAndNeverEarly() {
+    let loop = EventLoop(name: "dense")
+    let count = 200
+    let start = Deadline.now + .milliseconds(5)
+    let early = LoopConfined(0)
+    let fired = LoopConfined(0)
+    for index in 0..<count {
+      let deadline = start + .microseconds(5 * index)
+      loop.schedule(at: deadline) {
+        if Deadline.now < deadline { early.value += 1 }
+        fired.value += 1
+      }
+    }
+    #expect(loop.run(until: { fired.value == count }, deadline: .now + .seconds(30)))
+    #expect(early.value == 0)
+    #expect(expectClean(loop))
+  }
+
   @Test func repeatingTimerKeepsItsSlotsNeverEarly() {
     let loop = EventLoop(name: "repeat")
     let interval = Duration.milliseconds(2)

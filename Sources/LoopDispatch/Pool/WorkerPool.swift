@@ -117,6 +117,28 @@ final class WorkerPool: @unchecked Sendable {
     perform(wake)
   }
 
+  /// Queues `jobs` at `priority`, in order, under one lock acquisition, and wakes at most
+  /// one parked worker (the chained wake-up of `takeJob` spreads a long batch over the
+  /// others). For the service loop's fired `after` timers (`Time/TimerFireBatch.swift`).
+  /// Thread-safety: any thread.
+  func submitBatch<Jobs: Sequence<PoolJob>>(_ jobs: Jobs, priority: Priority) {
+    let now = Ticks.now()
+    let wake: Wake? = state.withLock { state in
+      var count = 0
+      for job in jobs {
+        appendToLane(priority.rawValue, TimedJob(job: job, enqueuedAt: now), &state)
+        count += 1
+      }
+      guard count > 0 else { return nil }
+      state.laneStats[priority.rawValue].submitted &+= UInt64(count)
+      // Sequentially consistent: the Dekker pair of `submit` (a spinner's increment of
+      // `searching`, then its load of `pendingJobs`).
+      pendingJobs.wrappingAdd(count, ordering: .sequentiallyConsistent)
+      return wakeForLaneWork(&state)
+    }
+    if let wake { perform(wake) }
+  }
+
   /// Who must wake for a job just put in a lane: nobody if a worker is searching (it will
   /// find it), else one parked worker, else the supervisor (every worker is busy). Pool lock
   /// held; `pendingJobs` already counts the job.

@@ -285,6 +285,19 @@ public final class Queue: @unchecked Sendable {
     }
   }
 
+  /// Submits `works` in order, as `async` would one by one, but onto a global queue under
+  /// one pool lock with at most one wake-up (for the service loop's fired timers).
+  func asyncBatch<Works: Sequence<@Sendable () -> Void>>(_ works: Works) {
+    switch kind {
+    case .root(let priority):
+      WorkerPool.shared.submitBatch(works.lazy.map { PoolJob.closure($0) }, priority: priority)
+    case .serial, .main:
+      for work in works { serialEnqueue(.closure(work, barrier: false)) }
+    case .concurrent:
+      for work in works { concurrentEnqueue(.closure(work, barrier: false)) }
+    }
+  }
+
   /// Hands this queue's drain (for a serial child) to this queue. Called by the child.
   ///
   /// On a global queue the drain may take the calling worker's run-next slot (a queue the

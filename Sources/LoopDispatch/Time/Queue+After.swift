@@ -3,84 +3,59 @@ import Synchronization
 
 /// A handle to work scheduled with ``Queue/after(_:execute:)``; cancel it before it fires.
 ///
+/// A `DelayedWork` is its own timer (a ``LoopTimer`` on the loop that keeps its queue's
+/// timers): one `after` allocates this one object besides the caller's closure.
+///
 /// Walk-through: `state` leaves "waiting" exactly once: by a CAS to "fired" (the timer's
 /// loop submits the work) or by `cancel()` setting the "cancelled" bit first (the closure is
 /// released by `cancel()` itself). Only the winner touches `work`; a later `cancel()` only
-/// sets its bit. The timer is kept in `timerCell` (retained) so that
-/// `cancel()` can also remove it from its loop; whoever takes it out releases it.
+/// sets its bit. `cancel()` also removes the timer from its loop (``LoopTimer/cancel()``).
 ///
 /// Thread-safety: any thread.
-public final class DelayedWork: @unchecked Sendable {
+public final class DelayedWork: LoopTimer, @unchecked Sendable {
   // @unchecked Sendable: `work` is written in init and afterwards only by the thread that
-  // wins the CAS on `state` (acquiring and releasing); `state` and `timerCell` are atomic.
+  // wins the CAS on `state` (acquiring and releasing); `state` is atomic; the timer's own
+  // state is the loop's (see `LoopTimer`).
   private static let waiting: UInt8 = 0
   private static let fired: UInt8 = 1
   private static let cancelledState: UInt8 = 2
 
   private let state = Atomic<UInt8>(0)
   private var work: (@Sendable () -> Void)?
-  /// Atomic. A retained `LoopTimer`, or nil.
-  private let timerCell = Atomic<UnsafeMutableRawPointer?>(nil)
   /// The queue the work will be submitted to.
   public let queue: Queue
 
-  init(queue: Queue, work: @escaping @Sendable () -> Void) {
+  init(queue: Queue, deadline: Deadline, work: @escaping @Sendable () -> Void) {
     self.queue = queue
     self.work = work
-  }
-
-  deinit {
-    releaseTimer(cancelling: false)
+    super.init(loop: ServiceLoop.loop(for: queue), deadline: deadline)
+    handleFiresItself(self)
   }
 
   /// Stops the work from being submitted. The closure, and what it captured, is released
   /// before `cancel()` returns. No effect once the work has been submitted.
-  public func cancel() {
+  public override func cancel() {
     // Whoever moves `state` off "waiting" first owns `work`.
     let previous = state.bitwiseOr(Self.cancelledState, ordering: .acquiringAndReleasing).oldValue
     if previous == Self.waiting {
       work = nil
     }
-    releaseTimer(cancelling: true)
+    super.cancel()
   }
 
-  /// Whether ``cancel()`` has been called (also after the work was submitted).
-  public var isCancelled: Bool {
-    state.load(ordering: .acquiring) & Self.cancelledState != 0
+  /// Takes the work if the timer wins it (not cancelled first); at most once.
+  private func claimWork() -> (@Sendable () -> Void)? {
+    guard
+      state.compareExchange(
+        expected: Self.waiting, desired: Self.fired, ordering: .acquiringAndReleasing
+      ).exchanged
+    else { return nil }
+    return work.take()
   }
 
-  /// Keeps `timer` so that `cancel()` can remove it.
-  func attach(_ timer: LoopTimer) {
-    let retained = Unmanaged.passRetained(timer).toOpaque()
-    if !timerCell.compareExchange(
-      expected: nil, desired: retained, ordering: .acquiringAndReleasing
-    )
-    .exchanged {
-      Unmanaged<LoopTimer>.fromOpaque(retained).release()
-    }
-    // Cancelled meanwhile: the cancel may have found the cell still empty.
-    if isCancelled { releaseTimer(cancelling: true) }
-  }
-
-  /// Runs on the timer's loop (or at once for a deadline already passed): submits the work
-  /// unless cancelled.
-  func fire() {
-    if claim(Self.fired), let work = work.take() {
-      queue.async(execute: work)
-    }
-    releaseTimer(cancelling: false)
-  }
-
-  private func claim(_ final: UInt8) -> Bool {
-    state.compareExchange(
-      expected: Self.waiting, desired: final, ordering: .acquiringAndReleasing
-    ).exchanged
-  }
-
-  private func releaseTimer(cancelling: Bool) {
-    guard let raw = timerCell.exchange(nil, ordering: .acquiringAndReleasing) else { return }
-    let timer = Unmanaged<LoopTimer>.fromOpaque(raw).takeRetainedValue()
-    if cancelling { timer.cancel() }
+  /// For a deadline already passed: submits the work at once, on the calling thread.
+  func fireNow() {
+    if let work = claimWork() { queue.async(execute: work) }
   }
 }
 
@@ -102,13 +77,12 @@ extension Queue {
   public func after(
     deadline: Deadline, execute work: @escaping @Sendable () -> Void
   ) -> DelayedWork {
-    let delayed = DelayedWork(queue: self, work: work)
+    let delayed = DelayedWork(queue: self, deadline: deadline, work: work)
     if deadline <= .now {
-      delayed.fire()
-      return delayed
+      delayed.fireNow()
+    } else {
+      delayed.loop.schedule(delayed)
     }
-    let timer = ServiceLoop.loop(for: self).schedule(at: deadline, target: delayed)
-    delayed.attach(timer)
     return delayed
   }
 
@@ -131,7 +105,16 @@ extension Queue {
 }
 
 extension DelayedWork: LoopTimerTarget {
-  /// The timer fired (loop thread): the work goes to its queue. The timer itself is the
-  /// handler's only allocation besides this object (no closure per `after`).
-  package func loopTimerFired() { fire() }
+  /// The timer fired (loop thread). On the service loop the work joins the pass's batch
+  /// (`TimerFireBatch`, submitted once per queue when the pass ends); on the main loop it is
+  /// submitted at once (its queue's chain ends at the main queue, whose items run on this
+  /// same thread: no wake-up to save).
+  package func loopTimerFired() {
+    guard let work = claimWork() else { return }
+    if loop === ServiceLoop.shared {
+      TimerFireBatch.service.add(work, to: queue)
+    } else {
+      queue.async(execute: work)
+    }
+  }
 }

@@ -9,6 +9,7 @@ enum ServiceLoop {
   /// The service loop, started on first use on the thread `ld.service`.
   static let shared: EventLoop = {
     let loop = EventLoop(name: "ld.service")
+    loop.setTimerPassObserver { TimerFireBatch.service.flush() }
     let started = OneShotEvent()
     do {
       try NativeThread.spawnDetached(name: "ld.service") {

@@ -78,6 +78,13 @@ public final class EventLoop: @unchecked Sendable {
   var timers = TimerHeap()
   /// The deadline the timer descriptor is armed for (0: disarmed). Only touched on the loop thread.
   var armedTimerDeadline: UInt64 = 0
+  /// When the timer descriptor last fired (the clock reading of that expiry; 0: never).
+  /// Only touched on the loop thread.
+  var lastTimerExpiry: UInt64 = 0
+  /// Runs after each pass of fired timers. Set before the loop runs (by the thread that
+  /// starts it, which happens-before the loop thread's reads), then only read on the loop
+  /// thread.
+  var timerPassObserver: (@Sendable () -> Void)?
   /// Atomic. Number of fd and signal registrations currently added to the base.
   let liveRegistrations = Atomic<Int>(0)
   /// Atomic. Number of timers scheduled and not yet finished or removed.

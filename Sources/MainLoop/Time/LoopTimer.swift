@@ -6,10 +6,14 @@ import Synchronization
 /// thread no earlier than the deadline (checked against `CLOCK_MONOTONIC`, never libevent's
 /// coarse cached clock). Thread-safety: `cancel()` and `isCancelled` may be called from any
 /// thread; everything else about the timer is owned by its loop.
-public final class LoopTimer: @unchecked Sendable {
-  // @unchecked Sendable: `deadline`, `heapIndex`, `sequence` and `handler` are only touched on
-  // the loop thread (they are written before the timer is published to it through the inbox
-  // or are touched by the loop itself); `cancelled` is atomic.
+///
+/// The class is open only so that LoopDispatch's `DelayedWork` can be its own timer (one
+/// object per `after`); its initialisers are package-only, so no other subclass can exist.
+open class LoopTimer: @unchecked Sendable {
+  // @unchecked Sendable: `deadline`, `heapIndex`, `sequence`, `handler` and
+  // `nextPendingInsertion` are only touched on the loop thread (they are written before the
+  // timer is published to it, through the pending-insertion stack, or by the loop itself);
+  // `cancelled` is atomic.
 
   /// The loop that owns this timer.
   public let loop: EventLoop
@@ -21,8 +25,9 @@ public final class LoopTimer: @unchecked Sendable {
   var sequence: UInt64 = 0
   /// Position in the loop's heap, or -1 when not in it. Only touched on the loop thread.
   var heapIndex: Int = -1
-  /// The user's closure; dropped (releasing its captures) once the timer is done or cancelled.
-  /// Only touched on the loop thread.
+  /// What the timer does; dropped (releasing the closure's captures, or the reference a
+  /// self-handling timer holds on itself) once the timer is done or cancelled. Only touched
+  /// on the loop thread once scheduled.
   var handler: LoopTimerAction?
   /// Atomic. Set once by `cancel()`; the loop checks it (acquiring) before each fire.
   private let cancelled = Atomic<Bool>(false)
@@ -35,29 +40,39 @@ public final class LoopTimer: @unchecked Sendable {
     self.handler = .closure(handler)
   }
 
-  init(loop: EventLoop, deadline: UInt64, target: any LoopTimerTarget) {
+  /// A one-shot timer for package code whose handler is set with `handleFiresItself(_:)`
+  /// before it is scheduled with `EventLoop.schedule(_:)`.
+  package init(loop: EventLoop, deadline: Deadline) {
     self.loop = loop
-    self.deadline = deadline
+    self.deadline = deadline.uptimeNanoseconds
     self.intervalNanoseconds = 0
-    self.handler = .target(target)
+  }
+
+  /// Makes the timer call its own `loopTimerFired()` when it fires. The timer then refers
+  /// to itself until it has fired or been removed (the loop drops the handler at either
+  /// point, loop thread); until then the loop's heap keeps it alive anyway. Call before the
+  /// timer is scheduled, on the scheduling thread.
+  package func handleFiresItself(_ me: any LoopTimerTarget) {
+    precondition(me === self, "a timer can only handle its own fires")
+    handler = .target(me)
   }
 
   /// Loop thread only: the next timer waiting to be inserted (see `EventLoop+Timers.swift`).
   var nextPendingInsertion: Unmanaged<LoopTimer>?
 
   /// Whether ``cancel()`` has been called.
-  public var isCancelled: Bool { cancelled.load(ordering: .acquiring) }
+  public final var isCancelled: Bool { cancelled.load(ordering: .acquiring) }
 
   /// Whether the timer repeats.
-  public var isRepeating: Bool { intervalNanoseconds != 0 }
+  public final var isRepeating: Bool { intervalNanoseconds != 0 }
 
   /// Cancels the timer. Safe from any thread and idempotent.
   ///
   /// Once `cancel()` has returned, the handler does not start again. Called on the loop
   /// thread, the closure (and what it captured) is released before `cancel()` returns;
   /// from another thread, it is released on the loop's next turn.
-  public func cancel() {
-    // Releasing; pairs with the acquiring load in `EventLoop.fireDueTimers()`.
+  open func cancel() {
+    // Releasing; pairs with the acquiring load in `EventLoop.fireTimersDue(at:)`.
     if cancelled.exchange(true, ordering: .acquiringAndReleasing) { return }
     if loop.isInLoopThread {
       loop.removeTimer(self)
