@@ -101,6 +101,20 @@ import Testing
     #expect(done.wait(timeout: .seconds(30)) == .success)
   }
 
+  /// A `DelayedWork` is its own timer, and a scheduled timer refers to itself until it fires
+  /// or is removed: one whose deadline had passed (never scheduled) must not keep that
+  /// reference, or it leaks with its queue (the soak test's server leaked a queue per
+  /// `/delay?ms=0` that way).
+  @Test func aDelayedWorkThatRanAtOnceIsReleasedWithItsHandle() {
+    weak var released: DelayedWork?
+    do {
+      let delayed = Queue(label: "after-released").after(.zero) {}
+      released = delayed
+      delayed.queue.sync {}
+    }
+    #expect(released == nil)
+  }
+
   @Test func distantFutureNeverFires() {
     final class Token: Sendable {}
     let queue = Queue(label: "after-never")

@@ -29,7 +29,6 @@ public final class DelayedWork: LoopTimer, @unchecked Sendable {
     self.queue = queue
     self.work = work
     super.init(loop: ServiceLoop.loop(for: queue), deadline: deadline)
-    handleFiresItself(self)
   }
 
   /// Stops the work from being submitted. The closure, and what it captured, is released

@@ -62,10 +62,14 @@ extension EventLoop {
         loop: self, deadline: first.uptimeNanoseconds, interval: UInt64(nanos), handler: body))
   }
 
-  /// Schedules a timer made by package code (LoopDispatch's `DelayedWork`, a timer that
-  /// handles its own fire), allocating nothing. `timer.loop` must be this loop. Any thread.
-  package func schedule(_ timer: LoopTimer) {
-    precondition(timer.loop === self && timer.heapIndex < 0 && timer.handler != nil)
+  /// Schedules a timer made by package code that handles its own fire (LoopDispatch's
+  /// `DelayedWork`), allocating nothing. `timer.loop` must be this loop; a timer is
+  /// scheduled once. The timer then refers to itself (its handler) until it has fired or
+  /// been removed, when the loop drops the handler; meanwhile the loop keeps it anyway.
+  /// Any thread.
+  package func schedule<Timer: LoopTimer & LoopTimerTarget>(_ timer: Timer) {
+    precondition(timer.loop === self && timer.handler == nil, "a timer is scheduled once")
+    timer.handler = .target(timer)
     _ = add(timer)
   }
 

@@ -40,21 +40,12 @@ open class LoopTimer: @unchecked Sendable {
     self.handler = .closure(handler)
   }
 
-  /// A one-shot timer for package code whose handler is set with `handleFiresItself(_:)`
-  /// before it is scheduled with `EventLoop.schedule(_:)`.
+  /// A one-shot timer for package code that handles its own fire (a `LoopTimerTarget`);
+  /// `EventLoop.schedule(_:)` sets that handler when it schedules the timer.
   package init(loop: EventLoop, deadline: Deadline) {
     self.loop = loop
     self.deadline = deadline.uptimeNanoseconds
     self.intervalNanoseconds = 0
-  }
-
-  /// Makes the timer call its own `loopTimerFired()` when it fires. The timer then refers
-  /// to itself until it has fired or been removed (the loop drops the handler at either
-  /// point, loop thread); until then the loop's heap keeps it alive anyway. Call before the
-  /// timer is scheduled, on the scheduling thread.
-  package func handleFiresItself(_ me: any LoopTimerTarget) {
-    precondition(me === self, "a timer can only handle its own fires")
-    handler = .target(me)
   }
 
   /// Loop thread only: the next timer waiting to be inserted (see `EventLoop+Timers.swift`).
