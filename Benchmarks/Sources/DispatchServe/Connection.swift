@@ -15,8 +15,9 @@ import Glibc
 enum IdleTimerKind {
   /// One `DispatchSourceTimer` per connection, rescheduled after each read: Dispatch's idiom.
   case source
-  /// A `DispatchWorkItem` cancelled and re-posted with `asyncAfter` after each read: the literal
-  /// port of LoopDispatch's `idleTimer?.cancel(); idleTimer = queue.after(...)`.
+  /// One `asyncAfter` pending per connection; each read only notes the time, and a timer that
+  /// fires before the timeout has passed since then is posted again for the rest: the literal
+  /// port of LoopDispatch's `serve` (`resetIdleTimer` in its Connection.swift).
   case after
 }
 
@@ -48,6 +49,8 @@ final class Connection: @unchecked Sendable {
   /// since Dispatch runs no cancel handler of a suspended source.
   private var readSourceSuspended = false
   private var idleWorkItem: DispatchWorkItem?
+  /// When the connection last read input (`--idle-timer after` measures the timeout from it).
+  private var lastActivity = DispatchTime.now()
   private var sourcesLeft = 2
 
   private enum WriteSourceState { case inactive, active, suspended }
@@ -269,14 +272,23 @@ final class Connection: @unchecked Sendable {
       idleTimerSource.schedule(deadline: .now() + server.idleTimeout)
       return
     }
-    idleWorkItem?.cancel()
+    lastActivity = .now()
+    if idleWorkItem == nil { scheduleIdleWorkItem(at: lastActivity + server.idleTimeout) }
+  }
+
+  private func scheduleIdleWorkItem(at deadline: DispatchTime) {
     let item = DispatchWorkItem { [weak self] in self?.idleExpired() }
     idleWorkItem = item
-    queue.asyncAfter(deadline: .now() + server.idleTimeout, execute: item)
+    queue.asyncAfter(deadline: deadline, execute: item)
   }
 
   private func idleExpired() {
     if closed { return }
+    if idleTimerSource == nil {
+      idleWorkItem = nil
+      let due = lastActivity + server.idleTimeout
+      if DispatchTime.now() < due { return scheduleIdleWorkItem(at: due) }
+    }
     // Busy, not idle: a request is being answered, answers are waiting for the client, or
     // the next request has arrived and its read event has not run yet.
     if requestInFlight || readPaused || outputOffset < output.count || hasUnreadInput() {

@@ -4,8 +4,9 @@
 // "listening on http://127.0.0.1:PORT/" line; SIGINT/SIGTERM drain and exit 0.
 //
 // `--idle-timer source` (default) resets the idle timeout by rescheduling one timer source per
-// connection, Dispatch's idiom; `--idle-timer after` ports LoopDispatch's cancel-and-`after`
-// literally (a `DispatchWorkItem` re-posted with `asyncAfter` after every read).
+// connection, Dispatch's idiom; `--idle-timer after` ports LoopDispatch's scheme literally (one
+// `asyncAfter` pending per connection, posted again for the rest of the timeout when it fires
+// early; a read only notes the time).
 import Dispatch
 import ExampleHTTP
 import Glibc

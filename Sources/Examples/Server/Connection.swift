@@ -30,6 +30,8 @@ final class Connection: @unchecked Sendable {
   /// True while the read source is suspended because the client is not reading its answers.
   private var readPaused = false
   private var idleTimer: DelayedWork?
+  /// When the connection last read input; the idle timer measures from here.
+  private var lastActivity = Deadline.now
   private var sourcesLeft = 2
 
   private enum WriteSourceState { case inactive, active, suspended }
@@ -249,15 +251,26 @@ final class Connection: @unchecked Sendable {
 
   // MARK: Timeouts and closing
 
+  /// Notes activity. The timer is not moved per request (a cancel and a new timer per
+  /// request kept the service loop busy with timer churn, a tenth of the server's CPU under
+  /// load): one timer stays pending, and when it fires early relative to the last activity
+  /// it is scheduled again for the rest of the timeout.
   private func resetIdleTimer() {
-    idleTimer?.cancel()
+    lastActivity = .now
+    if idleTimer == nil { scheduleIdleTimer(at: lastActivity + server.idleTimeout) }
+  }
+
+  private func scheduleIdleTimer(at deadline: Deadline) {
     // A strong capture: `close()` cancels the timer, which releases the closure (and so the
     // connection) at once; a fired timer finds `closed` set.
-    idleTimer = queue.after(server.idleTimeout) { [self] in idleExpired() }
+    idleTimer = queue.after(deadline: deadline) { [self] in idleExpired() }
   }
 
   private func idleExpired() {
+    idleTimer = nil
     if closed { return }
+    let due = lastActivity + server.idleTimeout
+    if Deadline.now < due { return scheduleIdleTimer(at: due) }
     // Busy, not idle: a request is being answered, answers are waiting for the client, or
     // the next request has arrived and its read event has not run yet.
     if requestInFlight || readPaused || outputOffset < output.count || hasUnreadInput() {

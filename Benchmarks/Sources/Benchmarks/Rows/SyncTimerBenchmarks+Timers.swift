@@ -74,18 +74,22 @@ extension SyncTimerBenchmarks {
     }
 
     /// Installs a run, lets `schedule` schedule every timer, waits for all to fire and
-    /// records the figures: returns ns per scheduled timer, logs the rest into `logs`.
+    /// records the figures: returns ns per scheduled timer (wall) with the process's CPU time
+    /// per timer from the first schedule to the last fire (scheduling, firing and running
+    /// the handlers, and any spinning meanwhile), and logs the rest into `logs`.
     static func measure(
       count: Int, logs: TimerLogs, isOurs: Bool, _ schedule: ([Int]) -> Void
-    ) -> Double {
+    ) -> Measurement {
       let delays = Array(self.delays.prefix(count))
       let run = TimerRun(count: count)
       active = run
       defer { active = nil }
+      let cpuStart = ProcessCPU.now()
       let start = Stopwatch.now()
       schedule(delays)
       let scheduling = Stopwatch.now() - start
       run.done.wait()
+      let cpu = ProcessCPU.now() - cpuStart
 
       let sorted = UnsafeBufferPointer(start: run.lateness, count: count).sorted()
       let early = sorted.prefix { $0 < 0 }.count
@@ -100,7 +104,8 @@ extension SyncTimerBenchmarks {
         logs.p99.rival.append(p99)
         logs.early.rival.append(Double(early))
       }
-      return Double(scheduling) / Double(count)
+      return Measurement(
+        wall: Double(scheduling) / Double(count), cpuPerOperation: Double(cpu) / Double(count))
     }
 
     /// The nearest-rank index of percentile `fraction` among `count` sorted values.
@@ -108,7 +113,7 @@ extension SyncTimerBenchmarks {
       max(0, min(count - 1, Int((fraction * Double(count)).rounded(.up)) - 1))
     }
 
-    static func oursRun(count: Int, logs: TimerLogs) -> Double {
+    static func oursRun(count: Int, logs: TimerLogs) -> Measurement {
       measure(count: count, logs: logs, isOurs: true) { delays in
         let queue = Queue.global()
         for index in 0..<delays.count {
@@ -119,7 +124,7 @@ extension SyncTimerBenchmarks {
       }
     }
 
-    static func dispatchRun(count: Int, logs: TimerLogs) -> Double {
+    static func dispatchRun(count: Int, logs: TimerLogs) -> Measurement {
       checkDispatchClock
       return measure(count: count, logs: logs, isOurs: false) { delays in
         let queue = DispatchQueue.global()
