@@ -78,6 +78,7 @@ import Testing
     let maximum = Atomic<Int>(0)
     let finished = Counter()
     let done = Latch()
+    let twoAtOnce = Latch()
     let items = scaled(2_000)
     for _ in 0..<items {
       inner.async {
@@ -89,14 +90,17 @@ import Testing
           if exchanged { break }
           seen = original
         }
+        // No item returns before two have run at once: with a width of 1 in effect, the first
+        // would wait out the latch's deadline and `maximum` would stay 1.
+        if now >= 2 { twoAtOnce.open() }
+        _ = twoAtOnce.wait(seconds: 30)
         for _ in 0..<200 { spinHint() }
         running.wrappingSubtract(1, ordering: .sequentiallyConsistent)
         if finished.increment() == items { done.open() }
       }
     }
-    #expect(done.wait(seconds: 60))
-    #expect(maximum.load(ordering: .relaxed) <= 2)
-    #expect(maximum.load(ordering: .relaxed) >= 1)
+    #expect(done.wait(seconds: 90))
+    #expect(maximum.load(ordering: .relaxed) == 2)
   }
 
   @Test func serialQueueStaysSerialThroughAConcurrentTarget() {

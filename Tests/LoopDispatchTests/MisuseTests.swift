@@ -1,4 +1,7 @@
+import Glibc
 import LoopDispatch
+import Synchronization
+import TestSupport
 import Testing
 
 /// Each misuse traps with one line naming the queue; the child process's stderr is checked.
@@ -76,6 +79,33 @@ import Testing
       a.setTarget(b)
     }
     expectMessage(result, "setTarget(\"b\") on queue \"a\" would create a target cycle")
+  }
+
+  /// `a.setTarget(b)` and `b.setTarget(a)` at the same moment on two threads: one of them
+  /// must trap with the cycle message (the check and the publication are one step). Before,
+  /// both could pass their check and form a cycle silently; the child then finds the cycle,
+  /// exits 0 and fails this test. (Whether a given run hits that window is up to the
+  /// scheduler: the rounds make it likely, not certain.)
+  @Test func concurrentOppositeSetTargetsTrapRatherThanFormACycle() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      for _ in 0..<10_000 {
+        let a = Queue(label: "a", attributes: .initiallyInactive)
+        let b = Queue(label: "b", attributes: .initiallyInactive)
+        let arrived = Atomic<Int>(0)
+        let threads = [(a, b), (b, a)].map { queue, target in
+          startThread {
+            arrived.wrappingAdd(1, ordering: .sequentiallyConsistent)
+            while arrived.load(ordering: .sequentiallyConsistent) < 2 {}
+            queue.setTarget(target)
+          }
+        }
+        for thread in threads { pthread_join(thread, nil) }
+        // Both calls returned: a cycle now exists unless one of them trapped.
+        if a.target === b && b.target === a { exit(0) }
+      }
+    }
+    let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+    #expect(text.contains("would create a target cycle"), "stderr: \(text)")
   }
 
   @Test func targetOnAGlobalQueue() async {

@@ -81,15 +81,28 @@ import Testing
     defer { seen.deallocate() }
     // Safe: `seen` outlives `concurrentPerform`, which returns after every iteration.
     let base = UInt(bitPattern: seen)
+    // Iteration 0 does not return until iterations have run on two threads: if only one
+    // thread ran them all (the caller), it would wait out the latch's deadline and fail.
+    let twoThreads = Latch()
+    let spread = Atomic<Bool>(false)
     Queue.concurrentPerform(iterations: iterations) { index in
       let pointer = UnsafeMutablePointer<Atomic<Int>>(bitPattern: base)! + index
       pointer.pointee.wrappingAdd(1, ordering: .relaxed)
-      if index % 1_000 == 0 { threads.withLock { _ = $0.insert(pthread_self()) } }
+      if index == 0 || index % 1_000 == 0 {
+        let count = threads.withLock { set -> Int in
+          set.insert(pthread_self())
+          return set.count
+        }
+        if count >= 2 { twoThreads.open() }
+      }
+      if index == 0 { spread.store(twoThreads.wait(seconds: 30), ordering: .relaxed) }
     }
     var wrong = 0
     for index in 0..<iterations where seen[index].load(ordering: .relaxed) != 1 { wrong += 1 }
     #expect(wrong == 0)
-    #expect(threads.value.count >= 1)
+    let spreadOverThreads = spread.load(ordering: .relaxed)
+    #expect(spreadOverThreads, "every iteration ran on one thread")
+    #expect(threads.value.count >= 2)
   }
 
   @Test func nestedApplyNeverDeadlocks() {

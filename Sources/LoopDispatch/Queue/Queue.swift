@@ -243,17 +243,26 @@ public final class Queue: @unchecked Sendable {
       clientBug("setTarget on global queue \"\(label)\"; global queues have no target")
     }
     if kind == .main { clientBug("setTarget on the main queue; the main queue has no target") }
-    var walker: Queue? = target
-    while let current = walker {
-      if current === self {
-        clientBug(
-          "setTarget(\"\(target.label)\") on queue \"\(label)\" would create a target cycle")
+    // The walk and the publication happen under one process-wide lock: two concurrent calls
+    // `a.setTarget(b)` and `b.setTarget(a)` would otherwise each walk a chain without the
+    // other's new link, both pass, and form a cycle (after which `root` never returns).
+    // Retargeting is rare; submission never takes this lock.
+    Self.targetChanges.withLock { _ in
+      var walker: Queue? = target
+      while let current = walker {
+        if current === self {
+          clientBug(
+            "setTarget(\"\(target.label)\") on queue \"\(label)\" would create a target cycle")
+        }
+        walker = current.target
       }
-      walker = current.target
+      extras.withLock { $0.targetsKeptAlive.append(target) }
+      publishTarget(target)
     }
-    extras.withLock { $0.targetsKeptAlive.append(target) }
-    publishTarget(target)
   }
+
+  /// Held by `setTarget` across its cycle check and the publication of the new target.
+  private static let targetChanges = LockedValue(())
 
   /// Makes `target` current. The caller keeps it alive for the queue's life.
   private func publishTarget(_ target: Queue) {

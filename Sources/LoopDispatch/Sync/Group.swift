@@ -31,8 +31,13 @@ public final class Group: @unchecked Sendable {
 
   /// Marks one piece of work done. More `leave`s than `enter`s is a client bug.
   public func leave() {
-    // Releasing; pairs with the acquiring loads in `wait` and `notify`.
-    let remaining = count.wrappingSubtract(1, ordering: .acquiringAndReleasing).newValue
+    // Sequentially consistent (it also releases this work's writes to `wait` and `notify`):
+    // with the load of `sleepers` in `becameEmpty` it is one side of a Dekker pair whose
+    // other side is the waiter's increment of `sleepers` then its load of `count`. Both
+    // sides must be sequentially consistent for "either the waiter sees zero, or we see the
+    // waiter" to hold; a releasing decrement would let the load of `sleepers` be ordered
+    // before it.
+    let remaining = count.wrappingSubtract(1, ordering: .sequentiallyConsistent).newValue
     if remaining > 0 { return }
     if remaining < 0 {
       clientBug("Group.leave() called more times than enter() (count \(remaining))")
@@ -49,7 +54,9 @@ public final class Group: @unchecked Sendable {
       list = []
       return taken
     }
-    generation.atomic.pointee.wrappingAdd(1, ordering: .releasing)
+    // Sequentially consistent like the decrement above (the same Dekker pair: the waiter
+    // loads `generation` before it re-checks `count` and sleeps only while it is unchanged).
+    generation.atomic.pointee.wrappingAdd(1, ordering: .sequentiallyConsistent)
     if sleepers.load(ordering: .sequentiallyConsistent) > 0 { generation.wake(Int32.max) }
     for (queue, work) in ready { queue.async(execute: work) }
   }
