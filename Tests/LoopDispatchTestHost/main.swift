@@ -25,6 +25,8 @@ let scenarios: [String: () -> Void] = [
   "thread-failure": threadFailureScenario,
   "reused-number-main": reusedNumberMainScenario,
   "main-chain": mainChainScenario,
+  "main-post": mainPostScenario,
+  "signal-mix": signalMixScenario,
 ]
 
 guard CommandLine.arguments.count == 2, let scenario = scenarios[CommandLine.arguments[1]] else {

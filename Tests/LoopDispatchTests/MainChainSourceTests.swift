@@ -10,4 +10,12 @@ import Testing
     #expect(result.status == 0, "\(result.output)\(result.errorOutput)")
     #expect(result.output.contains("ok main-chain"), "\(result.output)")
   }
+
+  /// A data source posted to on the main thread outside a main-queue item delivers as
+  /// main-queue work, not inside `post` or `resume` (the `main-post` scenario).
+  @Test func postOnTheMainThreadDeliversAsMainQueueWork() {
+    let result = runProgram("LoopDispatchTestHost", ["main-post"])
+    #expect(result.status == 0, "\(result.output)\(result.errorOutput)")
+    #expect(result.output.contains("ok main-post"), "\(result.output)")
+  }
 }

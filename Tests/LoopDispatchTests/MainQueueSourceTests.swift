@@ -28,4 +28,10 @@ import Testing
   @Test func aMainQueueSignalSourceRunsOnTheMainThread() {
     expectScenario("source-main-signal")
   }
+
+  /// Signal sources on the main queue, a serial queue and a global queue, on one signal and
+  /// on two, in one process.
+  @Test func signalSourcesWithDifferentTargetsCoexist() {
+    expectScenario("signal-mix")
+  }
 }

@@ -19,6 +19,8 @@ public final class DataSource: Source, @unchecked Sendable {
   /// Merges `value` into the pending data and schedules the handler. Zero is ignored.
   public func post(_ value: UInt) {
     if value == 0 { return }
-    core.signal(value)
+    // Never inline: the handler runs as work of the target queue, even when `post` is
+    // called on the main thread with the main queue idle.
+    core.signal(value, mayRunInline: false)
   }
 }

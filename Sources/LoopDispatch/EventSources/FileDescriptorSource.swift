@@ -72,7 +72,7 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
 
   override func arm() {
     if isRegularFile {
-      signal(1)
+      signal(1, mayRunInline: false)  // From `activate()`: never inside the client's call.
       return
     }
     watchState.withLock { state in
@@ -121,7 +121,7 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
 
   override func didDeliver() {
     if isRegularFile {
-      if interest == .write || remainingFileBytes() > 0 { signal(1) }
+      if interest == .write || remainingFileBytes() > 0 { signal(1, mayRunInline: false) }
       return
     }
     let (watch, entry) = watchState.withLock { ($0.watch, $0.entry) }

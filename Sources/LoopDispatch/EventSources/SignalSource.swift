@@ -11,9 +11,14 @@ public final class SignalSource: Source, @unchecked Sendable {
   public let signal: Int32
 
   /// Creates an inactive signal source whose handler runs on `queue`.
+  ///
+  /// Every signal source of the process, whatever its target (the main queue included), is
+  /// watched by LoopDispatch's service loop, so sources on any mix of queues and signals
+  /// work together; the handler is then queued on the target.
   /// - Throws: ``EventLoopError/invalidSignal(_:)`` for `SIGKILL`, `SIGSTOP` or an invalid
-  ///   number; ``EventLoopError/signalsOwnedByAnotherLoop(owner:)`` if another event loop of
-  ///   this process already watches signals directly.
+  ///   number; ``EventLoopError/signalsOwnedByAnotherLoop(owner:)`` if the program itself
+  ///   watches signals on another event loop (``EventLoop/watchSignal(_:_:)``; libevent lets
+  ///   only one loop per process watch signals).
   public init(signal: Int32, queue: Queue = .global(), label: String = "signal-source")
     throws(EventLoopError)
   {
@@ -32,16 +37,18 @@ final class SignalCore: SourceCore, @unchecked Sendable {
     super.init(queue: queue, merge: .add)
   }
 
-  /// Watches `signal`. On the service loop the call returns only once the loop has installed
-  /// the handler, so the default action is held off from then on. (A source targeting the
-  /// main queue created off the main thread is installed when the main loop next runs.)
+  /// Watches `signal` on the service loop, for every target: one loop owns the process's
+  /// signals (libevent allows only one), so sources on the main queue and on other queues
+  /// can coexist. The call returns only once the loop has installed the handler, so the
+  /// default action is held off from then on.
   func watch(_ signal: Int32) throws(EventLoopError) {
-    let watch = try loop.watchSignal(signal) { [self] in self.signal(1) }
+    let signalLoop = ServiceLoop.shared
+    let watch = try signalLoop.watchSignal(signal) { [self] in self.signal(1) }
     watchBox.withLock { $0 = watch }
-    if !loop.isInLoopThread && loop !== EventLoop.main {
+    if !signalLoop.isInLoopThread {
       // The add was posted before this marker: once the marker runs, it is in place.
       let installed = OneShotEvent()
-      loop.execute { installed.signal() }
+      signalLoop.execute { installed.signal() }
       installed.wait()
     }
   }

@@ -159,14 +159,19 @@ class SourceCore: @unchecked Sendable {
   // MARK: Events and delivery
 
   /// Merges `value` into the pending data and schedules a delivery. Any thread.
+  ///
+  /// `mayRunInline` is for events seen by a loop or an I/O driver thread (readiness, a fired
+  /// timer, a signal): their handler may run at once on that thread when the target is idle.
+  /// A call made by client code (`DataSource.post`, a regular file's activation) passes
+  /// false: the handler then always runs later as work of its queue, never inside the call.
   @discardableResult
-  func signal(_ value: UInt) -> Scheduling {
+  func signal(_ value: UInt, mayRunInline: Bool = true) -> Scheduling {
     switch merge {
     case .add: pendingData.wrappingAdd(value, ordering: .acquiringAndReleasing)
     case .or: pendingData.bitwiseOr(value, ordering: .acquiringAndReleasing)
     case .replace: pendingData.store(value, ordering: .releasing)
     }
-    return scheduleDelivery()
+    return scheduleDelivery(mayRunInline: mayRunInline)
   }
 
   /// How `scheduleDelivery` went.
@@ -179,8 +184,11 @@ class SourceCore: @unchecked Sendable {
     case notScheduled
   }
 
+  /// Queues a delivery if the source may deliver now. Only with `mayRunInline` (an event on
+  /// its loop's or the I/O driver's thread) may the handler run inline; `activate`, `resume`
+  /// and client posts always queue it.
   @discardableResult
-  func scheduleDelivery() -> Scheduling {
+  func scheduleDelivery(mayRunInline: Bool = false) -> Scheduling {
     var current = status.load(ordering: .acquiring)
     while true {
       guard current & Self.activated != 0, current & (Self.pending | Self.cancelled) == 0,
@@ -192,14 +200,15 @@ class SourceCore: @unchecked Sendable {
       if claimed { break }
       current = actual
     }
-    if loop.isInLoopThread && loop === EventLoop.main
+    if mayRunInline && loop.isInLoopThread && loop === EventLoop.main
       && queue.runInlineOnMainLoopIfIdle({ deliver() })
     {
       return .ranInline
     }
     // On an I/O driver thread, a serial target whose chain is idle runs the handler here:
     // claimed like an uncontended `sync`, with the poller role released meanwhile.
-    if queue.kind == .serial && IODriver.isDriverThread && IODriver.shared.mayRunInline
+    if mayRunInline && queue.kind == .serial && IODriver.isDriverThread
+      && IODriver.shared.mayRunInline
       && queue.trySyncLockChain()
     {
       let ran = IODriver.shared.runInline { queue.withChainFrames { deliver() } }
