@@ -45,17 +45,52 @@ public struct HTTPRequest: Equatable {
 }
 
 /// Parses request heads out of a byte buffer.
+///
+/// Framing rules that matter for request smuggling (RFC 9112 sections 2.2 and 6.3):
+/// - a line ends at LF, with or without a CR before it (a recipient may accept a bare LF); a
+///   CR anywhere else in the head is refused;
+/// - `Content-Length` must be digits only; several values (repeated fields or a list) are
+///   accepted only when they are all the same, as one (RFC 9110 section 8.6 allows either
+///   that or a refusal; identical copies frame the body the same way for everyone), and
+///   differing values are refused with 400, since the server cannot know which framing the
+///   client or a proxy before it used;
+/// - a declared body larger than `maximumBodyBytes` is refused with 413 as soon as the head
+///   has arrived, without waiting for the body.
 public enum HTTPParser {
   /// Largest accepted request head; larger ones get 431.
   public static let maximumHeadBytes = 8 * 1024
+  /// Largest accepted request body (a declared `Content-Length`); larger ones get 413.
+  public static let maximumBodyBytes = 1 << 20
+
+  /// Why a request is refused: the status to answer before closing, and what to say.
+  public struct Refusal: Equatable, Sendable, CustomStringConvertible {
+    /// 400, or 413 for a body over `maximumBodyBytes`.
+    public var status: Int
+    public var reason: String
+    public var message: String
+    public var description: String { message }
+
+    /// The request is not well-formed HTTP: 400.
+    public static func badRequest(_ message: String) -> Refusal {
+      Refusal(status: 400, reason: "Bad Request", message: message)
+    }
+
+    /// The declared body is over `maximumBodyBytes`: 413.
+    public static func contentTooLarge(_ declared: String) -> Refusal {
+      Refusal(
+        status: 413, reason: "Content Too Large",
+        message: "content-length \(declared) is over the limit of \(maximumBodyBytes) bytes")
+    }
+  }
 
   public enum Outcome: Equatable {
     /// More bytes are needed.
     case incomplete
     /// A request head and the number of bytes it used (head plus body).
     case request(HTTPRequest, consumed: Int)
-    /// The bytes are not HTTP: answer 400 and close.
-    case malformed(String)
+    /// The request is refused: answer `refusal.status` (400 when the bytes are not HTTP, 413
+    /// when the body is too large) and close.
+    case malformed(Refusal)
     /// The head is larger than `maximumHeadBytes`: answer 431 and close.
     case headTooLarge
     /// A feature this server does not implement (chunked request bodies): 501 and close.
@@ -64,46 +99,71 @@ public enum HTTPParser {
 
   /// Looks for one complete request at the start of `bytes`.
   public static func parse(_ bytes: [UInt8]) -> Outcome {
-    guard let headEnd = findHeadEnd(bytes) else {
+    guard let (headEnd, bodyStart) = findHeadEnd(bytes) else {
       return bytes.count > maximumHeadBytes ? .headTooLarge : .incomplete
     }
     if headEnd > maximumHeadBytes { return .headTooLarge }
-    guard let head = String(validating: bytes[..<headEnd], as: UTF8.self) else {
-      return .malformed("request head is not UTF-8")
+    let headBytes = bytes[..<headEnd]
+    guard String(validating: headBytes, as: UTF8.self) != nil else {
+      return .malformed(.badRequest("request head is not UTF-8"))
     }
-    var lines = head.split(separator: "\r\n", omittingEmptySubsequences: false)
-    guard !lines.isEmpty else { return .malformed("empty request") }
+    // Lines end at LF; a CR just before it belongs to the terminator, any other CR is a bare
+    // CR, which RFC 9112 section 2.2 lets a recipient refuse.
+    var lines: [String] = []
+    for var line in headBytes.split(separator: 10, omittingEmptySubsequences: false) {
+      if line.last == 13 { line = line.dropLast() }
+      if line.contains(13) { return .malformed(.badRequest("bare CR in request head")) }
+      lines.append(String(decoding: line, as: UTF8.self))  // Valid: split at ASCII bytes.
+    }
     let requestLine = lines.removeFirst().split(separator: " ", omittingEmptySubsequences: false)
     guard requestLine.count == 3, !requestLine[0].isEmpty,
       requestLine[0].allSatisfy({ $0.isUppercase }), requestLine[1].hasPrefix("/")
-    else { return .malformed("bad request line") }
+    else { return .malformed(.badRequest("bad request line")) }
     let version = requestLine[2]
     guard version == "HTTP/1.1" || version == "HTTP/1.0" else {
-      return .malformed("unsupported version \(version)")
+      return .malformed(.badRequest("unsupported version \(version)"))
     }
     var headers: [(String, String)] = []
-    var contentLength = 0
+    // The declared body length without leading zeros ("" is 0).
+    var declaredLength: Substring?
     for line in lines where !line.isEmpty {
       guard let colon = line.firstIndex(of: ":"), colon != line.startIndex else {
-        return .malformed("bad header line")
+        return .malformed(.badRequest("bad header line"))
       }
       let name = String(line[..<colon])
-      if name.contains(" ") { return .malformed("space in header name") }
-      let value = String(line[line.index(after: colon)...].drop { $0 == " " || $0 == "\t" })
+      if name.contains(" ") { return .malformed(.badRequest("space in header name")) }
+      let value = String(line[line.index(after: colon)...].trimmingWhitespace)
       headers.append((name, value))
       switch name.lowercased() {
       case "content-length":
-        guard let length = Int(value), length >= 0, length <= 1 << 20 else {
-          return .malformed("bad content-length")
+        // A list ("5, 5") counts as repeated fields.
+        for element in value.split(separator: ",", omittingEmptySubsequences: false) {
+          let length = element.trimmingWhitespace
+          guard !length.isEmpty, length.utf8.allSatisfy({ (48...57).contains($0) }) else {
+            return .malformed(.badRequest("bad content-length"))
+          }
+          // Compared as numbers: "05" and "5" frame the body the same way.
+          let number = length.drop { $0 == "0" }
+          if let earlier = declaredLength, earlier != number {
+            return .malformed(.badRequest("conflicting content-length values"))
+          }
+          declaredLength = number
         }
-        contentLength = length
       case "transfer-encoding":
         return .unsupported("transfer-encoding \(value)")
       default:
         break
       }
     }
-    let total = headEnd + 4 + contentLength
+    var contentLength = 0
+    if let declared = declaredLength {
+      // Digits only (checked above); more than 18 of them could overflow `Int`.
+      guard declared.count <= 18, let length = declared.isEmpty ? 0 : Int(declared),
+        length <= maximumBodyBytes
+      else { return .malformed(.contentTooLarge(String(declared))) }
+      contentLength = length
+    }
+    let total = bodyStart + contentLength
     if bytes.count < total { return .incomplete }
     let request = HTTPRequest(
       method: String(requestLine[0]), target: String(requestLine[1]),
@@ -112,20 +172,32 @@ public enum HTTPParser {
     return .request(request, consumed: total)
   }
 
-  /// Index of the "\r\n\r\n" ending the head, if present.
-  private static func findHeadEnd(_ bytes: [UInt8]) -> Int? {
-    guard bytes.count >= 4 else { return nil }
+  /// Where the head ends: the index of the LF ending its last line, and the index just past
+  /// the empty line after it (LF LF or LF CR LF), if that has arrived.
+  private static func findHeadEnd(_ bytes: [UInt8]) -> (headEnd: Int, bodyStart: Int)? {
     var index = 0
-    let limit = bytes.count - 3
-    while index < limit {
-      if bytes[index] == 13 && bytes[index + 1] == 10 && bytes[index + 2] == 13
-        && bytes[index + 3] == 10
-      {
-        return index
+    let count = bytes.count
+    while index + 1 < count {
+      if bytes[index] == 10 {
+        if bytes[index + 1] == 10 { return (index, index + 2) }
+        if bytes[index + 1] == 13 {
+          guard index + 2 < count else { return nil }  // The final LF has not arrived yet.
+          if bytes[index + 2] == 10 { return (index, index + 3) }
+        }
       }
       index += 1
     }
     return nil
+  }
+}
+
+extension Substring {
+  /// Without leading and trailing spaces and tabs (optional whitespace around a field value).
+  fileprivate var trimmingWhitespace: Substring {
+    let isWhitespace: (Character) -> Bool = { $0 == " " || $0 == "\t" }
+    guard let first = firstIndex(where: { !isWhitespace($0) }) else { return "" }
+    let last = lastIndex(where: { !isWhitespace($0) })!
+    return self[first...last]
   }
 }
 
