@@ -58,3 +58,41 @@ func reusedNumberMainScenario() {
     close(second[1])
   }
 }
+
+/// A main-queue read source whose descriptor is closed while watched, with the old file kept
+/// open through a `dup` and readable, and the number reused by a new pipe: the source never
+/// fires, the warning is written once, and the main loop does not wake every turn for the old
+/// file (it used to: the stale registration stayed in epoll, level-triggered, forever).
+func reusedNumberDupMainScenario() {
+  var first: [Int32] = [0, 0]
+  var second: [Int32] = [0, 0]
+  guard pipe(&first) == 0 else { fail("pipe failed") }
+  let fired = MainConfined(0)
+  let cancelled = MainConfined(0)
+  let source: ReadSource
+  do { source = try ReadSource(fd: first[0], queue: .main) } catch { fail("\(error)") }
+  source.setEventHandler { fired.value += 1 }
+  source.setCancelHandler { cancelled.value += 1 }
+  source.activate()
+  Queue.runMain(until: .now + .milliseconds(1))
+  let number = first[0]
+  let keeper = dup(number)  // The old file stays open.
+  close(number)
+  guard pipe(&second) == 0 else { fail("pipe failed") }
+  if second[0] != number {
+    guard dup2(second[0], number) == number else { fail("dup2 failed") }
+    close(second[0])
+  }
+  var byte: UInt8 = 1
+  _ = write(first[1], &byte, 1)  // The old file is now readable, and stays so.
+  let before = RuntimeStats.current.mainLoop.turns
+  Queue.runMain(until: .now + .milliseconds(200))
+  let turns = RuntimeStats.current.mainLoop.turns - before
+  if fired.value != 0 { fail("the source fired \(fired.value) times for a reused number") }
+  if turns > 100 { fail("the main loop turned \(turns) times in 200 ms for a stale watch") }
+  source.cancel()
+  if !Queue.runMain(until: { cancelled.value == 1 }, deadline: .now + .seconds(10)) {
+    fail("the cancel handler did not run")
+  }
+  for fd in [keeper, first[1], number, second[1]] { close(fd) }
+}

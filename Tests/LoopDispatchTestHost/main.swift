@@ -24,6 +24,7 @@ let scenarios: [String: () -> Void] = [
   "source-main-signal": sourceMainSignal,
   "thread-failure": threadFailureScenario,
   "reused-number-main": reusedNumberMainScenario,
+  "reused-number-dup-main": reusedNumberDupMainScenario,
   "main-chain": mainChainScenario,
   "main-post": mainPostScenario,
   "signal-mix": signalMixScenario,

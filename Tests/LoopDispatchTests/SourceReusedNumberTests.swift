@@ -9,6 +9,19 @@ import Testing
 /// still runs exactly once. (Before, a number closed while its source was registered and
 /// then reused never fired for a new source: libevent still counted the old interest.)
 @Suite struct SourceReusedNumberTests {
+  /// The old file kept open through a `dup` and readable after its number was reused: a
+  /// main-queue source never fires, warns once, and the main loop stays asleep (the
+  /// `reused-number-dup-main` scenario).
+  @Test func aStaleMainQueueWatchOnAReusedNumberIsRemovedAndWarnsOnce() {
+    let result = runProgram("LoopDispatchTestHost", ["reused-number-dup-main"])
+    #expect(result.status == 0, "\(result.output)\(result.errorOutput)")
+    #expect(result.output.contains("ok reused-number-dup-main"), "\(result.output)")
+    let warnings = result.errorOutput.split(separator: "\n").filter {
+      $0.contains("was closed (and perhaps reused)")
+    }
+    #expect(warnings.count == 1, "warnings: \(result.errorOutput)")
+  }
+
   /// The old read end is closed while its source is still registered; the number is reused
   /// (forced with `dup2`) by a new pipe whose source must fire. Many rounds, serial target.
   @Test func aNumberClosedWhileWatchedFiresForItsNextSource() async {

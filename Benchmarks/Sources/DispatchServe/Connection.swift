@@ -101,6 +101,20 @@ final class Connection: @unchecked Sendable {
     output.count - outputOffset >= Self.maximumBufferedOutput
   }
 
+  /// Requests not yet parsed (bytes) above which the connection stops reading while it
+  /// cannot parse them (a request in flight, or a close pending).
+  static let maximumBufferedInput = 4 * HTTPParser.maximumHeadBytes
+
+  /// Whether reading must stop until `flush` has sent the answers: answers are piling up, or
+  /// requests are piling up behind one that is being answered. Input the parser is waiting
+  /// on never stops reading (a body larger than `maximumBufferedInput` could never arrive);
+  /// the parser bounds it (a head over `maximumHeadBytes` gets 431, a declared body over
+  /// `maximumBodyBytes` gets 413).
+  private var readingHeldBack: Bool {
+    outputBacklogged
+      || (input.count > Self.maximumBufferedInput && (requestInFlight || closeWhenFlushed))
+  }
+
   /// Finishes what is in flight, then closes. Connection queue.
   func drain() {
     draining = true
@@ -110,7 +124,7 @@ final class Connection: @unchecked Sendable {
   // MARK: Reading and requests
 
   private func readable() {
-    if outputBacklogged || input.count > 4 * HTTPParser.maximumHeadBytes {
+    if readingHeldBack {
       // Backpressure: stop reading until `flush` has sent the answers (a source left running
       // would fire again at once: the socket stays readable).
       if !readPaused {
@@ -124,7 +138,7 @@ final class Connection: @unchecked Sendable {
       let n = read(fd, &buffer, buffer.count)
       if n > 0 {
         input += buffer[..<n]
-        if input.count > 4 * HTTPParser.maximumHeadBytes { break }  // Parse before reading more.
+        if input.count > Self.maximumBufferedInput { break }  // Parse before reading more.
         continue
       }
       if n == 0 { return close() }  // The peer closed its side.
@@ -144,8 +158,12 @@ final class Connection: @unchecked Sendable {
       case .request(let request, let consumed):
         input.removeFirst(consumed)
         handle(request)
-      case .malformed(let why):
-        respond(status: 400, reason: "Bad Request", body: "bad request: \(why)\n", keepAlive: false)
+      case .malformed(let refusal):
+        // 400 (not HTTP, or conflicting Content-Length) or 413 (body over the limit): the
+        // framing of what follows is unknown, so the connection closes after the answer.
+        respond(
+          status: refusal.status, reason: refusal.reason,
+          body: "\(refusal.reason.lowercased()): \(refusal)\n", keepAlive: false)
       case .headTooLarge:
         respond(
           status: 431, reason: "Request Header Fields Too Large",
@@ -235,7 +253,7 @@ final class Connection: @unchecked Sendable {
       readPaused = false
       processInput()
       if closed { return }
-      if outputBacklogged || input.count > 4 * HTTPParser.maximumHeadBytes {
+      if readingHeldBack {
         readPaused = true  // Still suspended; the next full flush tries again.
       } else {
         setReadSource(suspended: false)

@@ -13,11 +13,16 @@ import MainLoop
 ///    calls are needed; the watch is paused whenever the delivery cannot run inline). A
 ///    regular file is always ready, as in GCD: it gets no watch, and a delivery is due
 ///    while bytes remain.
-/// 2. When the main loop's watch fires, the loop checks that the descriptor still refers to
-///    the file it had at creation (device and inode). If the number was closed and reused,
-///    the event belongs to someone else: it is dropped, the watch stays disarmed, and one
-///    warning line says so. (The driver's registrations are tied to the file, so they need no
-///    check.) Otherwise readiness is merged and a delivery scheduled.
+/// 2. The main loop watches a private duplicate of the descriptor (made at activation,
+///    closed after the watch is removed), so the registration in the loop's epoll set
+///    belongs to this source alone: a client that closes its descriptor too early cannot
+///    leave a registration the loop can no longer remove. When the watch fires, the loop
+///    checks that the client's descriptor still refers to the file it had at creation (device
+///    and inode). If the number was closed and reused, the event belongs to someone else: the
+///    watch is removed for good (and the duplicate closed), one warning line says so, and the
+///    source never fires again; its cancel handler still runs once. (The driver's
+///    registrations are one-shot and tied to the file, so they need no check.) Otherwise
+///    readiness is merged and a delivery scheduled.
 /// 3. The handler runs on the target queue; `data` is computed when the handler first reads it. Only
 ///    after it returns is the watch re-armed (by that thread, with `epoll_ctl`, for the driver), so unread data fires again (level semantics)
 ///    without the loop spinning while the handler works. Hang-up and errors show as
@@ -38,8 +43,11 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
   private let persistentWatch: Bool
 
   private struct WatchState {
-    /// The main loop's watch (main-queue targets).
+    /// The main loop's watch (main-queue targets), on `privateFD`.
     var watch: FDWatch?
+    /// The duplicate of `fd` the main loop's watch is on (-1: none). Closed by whoever
+    /// removes the watch, once it is removed.
+    var privateFD: Int32 = -1
     /// The I/O driver's entry (every other target; see `Delivery/IODriver.swift`).
     var entry: IOEntry?
     var tornDown = false
@@ -80,22 +88,33 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
       if !persistentWatch {
         switch IODriver.shared.register(self, fd: fd, interest: interest) {
         case .success(let entry): state.entry = entry
-        case .failure(let error):
-          writeStandardError(
-            "LoopDispatch: \(label) could not watch fd \(fd): errno \(error.code); the source will not fire\n"
-          )
+        case .failure(let error): failRegistration(.registrationFailed(errno: error.code), fd: fd)
         }
         return
       }
-      do {
-        state.watch = try loop.watch(fd: fd, for: interest, oneShot: false) {
+      let duplicate = fcntl(fd, F_DUPFD_CLOEXEC, 0)
+      if duplicate < 0 {
+        failRegistration(.registrationFailed(errno: errno), fd: fd)
+        return
+      }
+      do throws(EventLoopError) {
+        state.watch = try loop.watch(fd: duplicate, for: interest, oneShot: false) {
           [self] in mainLoopReadinessFired()
         }
+        state.privateFD = duplicate
       } catch {
-        writeStandardError(
-          "LoopDispatch: \(label) could not watch fd \(fd): \(error); the source will not fire\n")
+        close(duplicate)
+        failRegistration(error, fd: fd)
       }
     }
+  }
+
+  /// The registration could not be made: the source will never fire. Recorded for
+  /// ``Source/registrationError`` and written as one warning line; cancel still completes.
+  private func failRegistration(_ error: EventLoopError, fd: Int32) {
+    recordRegistrationError(error)
+    writeStandardError(
+      "LoopDispatch: \(label) could not watch fd \(fd): \(error); the source will not fire\n")
   }
 
   /// An I/O driver thread saw readiness (the registration is tied to the file, so a reused
@@ -107,9 +126,21 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
   /// Main loop thread.
   private func mainLoopReadinessFired() {
     guard FileIdentity(of: fd) == identity else {
+      // Removed for good, so the loop does not wake for the old file every turn (it may
+      // still be open through another descriptor) and the warning is written once.
+      let removed = watchState.withLock { state -> (FDWatch, Int32)? in
+        guard let watch = state.watch else { return nil }
+        defer {
+          state.watch = nil
+          state.privateFD = -1
+        }
+        return (watch, state.privateFD)
+      }
+      guard let (watch, duplicate) = removed else { return }
+      watch.cancel { close(duplicate) }
       writeStandardError(
         "LoopDispatch: \(label): fd \(fd) was closed (and perhaps reused) while the source watched it; "
-          + "cancel a source before closing its descriptor. The event is dropped.\n")
+          + "cancel a source before closing its descriptor. The source will not fire again.\n")
       return
     }
     if signal(1) != .ranInline && persistentWatch {
@@ -163,20 +194,25 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
   }
 
   override func teardown(_ completion: @escaping @Sendable () -> Void) {
-    let (watch, entry) = watchState.withLock { state -> (FDWatch?, IOEntry?) in
+    let (watch, entry, duplicate) = watchState.withLock { state -> (FDWatch?, IOEntry?, Int32) in
       state.tornDown = true
       defer {
         state.watch = nil
         state.entry = nil
+        state.privateFD = -1
       }
-      return (state.watch, state.entry)
+      return (state.watch, state.entry, state.privateFD)
     }
     if let entry {
       // Once this returns no readiness reaches the source; the descriptor may be closed.
       IODriver.shared.unregister(entry, interest)
       completion()
     } else if let watch {
-      watch.cancel(then: completion)
+      // The duplicate is closed only once the loop no longer watches it.
+      watch.cancel {
+        close(duplicate)
+        completion()
+      }
     } else {
       completion()
     }

@@ -72,4 +72,10 @@ public class Source: @unchecked Sendable {
 
   /// Whether ``cancel()`` has been called.
   public var isCancelled: Bool { core.isCancelled }
+
+  /// Why ``activate()`` could not register the source with the system, or nil if it could
+  /// (or has not been activated). Set before `activate()` returns when the system refuses at
+  /// once (for example `epoll` refusing a descriptor such as `/dev/null`, errno `EPERM`).
+  /// Such a source never fires; ``cancel()`` still runs its cancel handler once.
+  public var registrationError: EventLoopError? { core.registrationError }
 }

@@ -74,6 +74,18 @@ class SourceCore: @unchecked Sendable {
 
   var isCancelled: Bool { status.load(ordering: .acquiring) & Self.cancelled != 0 }
 
+  /// Set if the kind could not register with the system when armed: the source never fires.
+  /// Protected by: its lock.
+  private let registrationFailure = LockedValue<EventLoopError?>(nil)
+
+  /// Records why `arm` could not register (called by the kind, once).
+  func recordRegistrationError(_ error: EventLoopError) {
+    registrationFailure.withLock { $0 = error }
+  }
+
+  /// Why registration failed, or nil. Any thread.
+  var registrationError: EventLoopError? { registrationFailure.withLock { $0 } }
+
   // MARK: Kind hooks
 
   /// Registers with the loop. Called once, by `activate`.

@@ -89,7 +89,11 @@ final class EventRegistration: @unchecked Sendable {
           Unmanaged<EventRegistration>.fromOpaque(context!).takeUnretainedValue().fire(what)
         }, context)
     else {
+      // libevent refused the event (out of memory, or an invalid combination of flags). The
+      // registration is over: finish it, so that a later `cancel` completes at once instead
+      // of waiting for an add that will never come.
       Unmanaged<EventRegistration>.fromOpaque(context).release()
+      finish()
       return ENOMEM
     }
     errno = 0
