@@ -1,5 +1,9 @@
-// swift-tools-version: 6.0
+// swift-tools-version: 6.3
 // LoopDispatch: Grand Central Dispatch's programming model on a libevent loop.
+// Tools version 6.3: `ConcurrencyIntegration`
+// (Sources/LoopDispatch/Concurrency/Executors+Experimental.swift) uses the custom main and
+// default executor interface that Swift 6.3 introduced; an older toolchain stops here with
+// "package requires minimum Swift tools version 6.3".
 import PackageDescription
 
 let strict: [SwiftSetting] = [

@@ -62,13 +62,15 @@ private let finishedLine = "pool burst scenario finished"
 /// Threads that submit the burst, the test's own thread included.
 private let producers = 4
 
-/// Workers the supervisor may add, beside one per CPU, while the threads it added have not
-/// run yet: a worker registers with the supervisor only once its thread runs, so until then
-/// it counts neither as busy nor as runnable, and each 5 ms tick without progress adds
-/// another. Four ticks' worth: at most two were seen on two CPUs with up to six
-/// busy-looping processes and parallel compiles beside the test. A pool that grew on every
-/// tick while work waits would pass the bound within 40 ms; the full-size burst lasts over a
-/// second.
+/// Workers the supervisor may add beside one per CPU. A worker is registered with the
+/// supervisor before its thread starts (`WorkerPool.spawnWorker`) and counts as not blocked
+/// until it has taken a job, so an added worker the kernel has not run yet stops further
+/// growth by itself. What can still add one: a tick at which an added worker, inside a job,
+/// is asleep on the pool's contended lock (the four producers take it too), which `/proc`
+/// shows as blocked. Growth needs a whole tick with no job started, so that is rare: one
+/// worker added in each of three runs at a fiftieth of full size on two CPUs (2 → 3
+/// threads). Four is kept as margin for loaded machines; a pool that grew on every tick while
+/// work waits would pass the bound within 40 ms, and the full-size burst lasts over a second.
 private let startupSlack = 4
 
 /// Supervisor ticks (5 ms each) that must pass with the burst waiting and every worker
@@ -140,9 +142,8 @@ private func burstOnSpinningWorkers(_ checks: inout Checks) {
 /// runnable whenever it is inside a job, and a worker between jobs stops the check: once
 /// `baseThreads` added workers are running, none more can be added. Usually one is enough
 /// (an added worker that keeps starting items stops the check); a second comes when it is
-/// preempted for a whole tick. Beyond that, `startupSlack`: a worker whose thread has not run
-/// yet is unknown to the supervisor, so while other processes keep the CPUs, it can add one
-/// more per tick. The cap is the hard limit, whatever the scheduling.
+/// preempted for a whole tick. Beyond that, `startupSlack` (a worker seen asleep on the pool's
+/// own lock; see its comment). The cap is the hard limit, whatever the scheduling.
 private func burstOnBlockedWorkers(_ checks: inout Checks) {
   let before = RuntimeStats.current
   let base = WorkerPool.shared.baseThreads
@@ -178,7 +179,7 @@ private func burstOnBlockedWorkers(_ checks: inout Checks) {
   checks.expect(
     added <= base + startupSlack && grown.poolThreads <= blocked.count + base + startupSlack,
     "the pool grew by \(added) to \(grown.poolThreads) threads; at most \(base) (one per CPU)"
-      + " and \(startupSlack) not yet scheduled may be added beside \(blocked.count) blocked"
+      + " and \(startupSlack) more may be added beside \(blocked.count) blocked"
       + " workers")
   checks.expect(
     before.poolThreads + added <= cap && grown.poolThreads <= cap,

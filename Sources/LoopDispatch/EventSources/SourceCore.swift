@@ -119,7 +119,9 @@ class SourceCore: @unchecked Sendable {
   func activate() {
     let previous = status.bitwiseOr(Self.activated, ordering: .acquiringAndReleasing).oldValue
     if previous & (Self.activated | Self.cancelled) != 0 { return }
-    // The registration handler is queued first, so it runs before any event handler.
+    // The registration handler is queued first: on a serial target it runs before any event
+    // handler. On a concurrent target it only starts first: an event handler may start
+    // while it is still running.
     if let registered = handlers.withLock({ $0.registration }) { queue.async(execute: registered) }
     arm()
     if pendingData.load(ordering: .acquiring) != 0 { scheduleDelivery() }
