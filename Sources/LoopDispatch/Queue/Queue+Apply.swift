@@ -49,14 +49,38 @@ extension Queue {
   /// Runs `work(0) … work(iterations - 1)` and returns when every call has returned.
   ///
   /// On a serial queue the calls run one after another on the queue (like `sync`). On a
-  /// global or concurrent queue they spread over the pool, the calling thread taking part;
-  /// a nested call never deadlocks.
+  /// global queue they spread over the pool, the calling thread taking part. On a custom
+  /// concurrent queue they run as work of that queue: the call waits, as a `sync` would, for
+  /// a barrier that runs or waits ahead of it and for the queue to be resumed or activated,
+  /// and the helpers are items of the queue, so its width holds (libdispatch reserves the
+  /// queue's width for apply). A nested call never deadlocks: an `apply` onto a concurrent
+  /// queue from work already running on it runs its iterations on the calling thread.
   public func apply(iterations: Int, execute work: @Sendable (Int) -> Void) {
     if iterations <= 0 { return }
     if isSerialLike {
       sync { for index in 0..<iterations { work(index) } }
       return
     }
+    guard case .concurrent = kind else {
+      spread(iterations: iterations, helpersOnQueue: false, work)
+      return
+    }
+    if isCurrent {
+      // Nested: this thread already holds a share of the queue. Taking more (the sync
+      // below, or helpers) could wait on width that only this call's return frees.
+      ThreadFrame.with(self, exclusive: false) { for index in 0..<iterations { work(index) } }
+      return
+    }
+    sync { spread(iterations: iterations, helpersOnQueue: true, work) }
+  }
+
+  /// Runs the iterations on the calling thread and up to (CPUs − 1) helpers: pool jobs at
+  /// this queue's priority, or, with `helpersOnQueue`, items of this (concurrent) queue. A
+  /// helper that starts after the iterations are all claimed returns without touching
+  /// `work`, so one that waited behind a barrier (or for width) does no harm.
+  private func spread(
+    iterations: Int, helpersOnQueue: Bool, _ work: @Sendable (Int) -> Void
+  ) {
     let pool = WorkerPool.shared
     let participants = Swift.min(iterations, Swift.max(1, Swift.min(width, pool.baseThreads)))
     if participants == 1 {
@@ -68,7 +92,11 @@ extension Queue {
     withoutActuallyEscaping(work) { escapable in
       let run = ApplyRun(iterations: iterations, chunk: chunk, queue: self, work: escapable)
       for _ in 1..<participants {
-        pool.submit(.closure { run.participate() }, priority: priority)
+        if helpersOnQueue {
+          concurrentEnqueue(.closure({ run.participate() }, barrier: false))
+        } else {
+          pool.submit(.closure { run.participate() }, priority: priority)
+        }
       }
       run.participate()
       if run.finished.load(ordering: .acquiring) != iterations { run.allDone.wait() }
