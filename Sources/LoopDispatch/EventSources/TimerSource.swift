@@ -8,7 +8,14 @@ public final class TimerSource: Source, @unchecked Sendable {
   /// Creates an inactive timer source whose handler runs on `queue`. Call
   /// ``schedule(deadline:repeating:leeway:)`` and ``Source/activate()``.
   public init(queue: Queue = .global(), label: String = "timer-source") {
-    super.init(core: TimerCore(queue: queue), label: label)
+    super.init(core: TimerCore(queue: queue, timerLoop: nil), label: label)
+  }
+
+  /// A timer source whose timer lives on `timerLoop` and whose deadlines are read against
+  /// that loop's clock: tests pass a virtual-time loop (`EventLoop(clock: .virtual())`) and
+  /// drive it; the handler still runs on `queue`.
+  package init(queue: Queue, label: String = "timer-source", timerLoop: EventLoop) {
+    super.init(core: TimerCore(queue: queue, timerLoop: timerLoop), label: label)
   }
 
   /// Sets when the timer fires: first at `deadline`, then every `repeating` (nil: once).
@@ -24,7 +31,8 @@ public final class TimerSource: Source, @unchecked Sendable {
 /// Each fire computes how many periods have passed since the schedule started and adds the
 /// ones not yet counted, so periods the loop skipped are still counted.
 final class TimerCore: SourceCore, @unchecked Sendable {
-  // @unchecked Sendable: `plan` is behind its lock; the base documents the rest.
+  // @unchecked Sendable: `plan` is behind its lock; `timerLoop` is immutable; the base
+  // documents the rest.
   private struct Plan {
     var timer: LoopTimer?
     var generation: UInt64 = 0
@@ -36,8 +44,12 @@ final class TimerCore: SourceCore, @unchecked Sendable {
   }
   /// Protected by: its lock.
   private let plan = LockedValue(Plan())
+  /// Immutable. The loop that keeps the timer and whose clock counts the fires: the
+  /// source's own loop, or a virtual-time loop a test passed.
+  private let timerLoop: EventLoop
 
-  init(queue: Queue) {
+  init(queue: Queue, timerLoop: EventLoop?) {
+    self.timerLoop = timerLoop ?? ServiceLoop.loop(for: queue)  // The base's `loop`.
     super.init(queue: queue, merge: .add)
   }
 
@@ -76,8 +88,8 @@ final class TimerCore: SourceCore, @unchecked Sendable {
     let fire: @Sendable () -> Void = { [self] in fired(generation: generation) }
     let timer =
       interval == 0
-      ? loop.schedule(at: start, fire)
-      : loop.scheduleRepeating(every: .nanoseconds(Int64(interval)), startingAt: start, fire)
+      ? timerLoop.schedule(at: start, fire)
+      : timerLoop.scheduleRepeating(every: .nanoseconds(Int64(interval)), startingAt: start, fire)
     let stale = plan.withLock { plan -> Bool in
       guard plan.generation == generation else { return true }
       plan.timer = timer
@@ -88,7 +100,7 @@ final class TimerCore: SourceCore, @unchecked Sendable {
 
   /// Runs on the loop thread.
   private func fired(generation: UInt64) {
-    let now = Deadline.now
+    let now = timerLoop.now
     let newFires = plan.withLock { plan -> UInt64 in
       guard plan.generation == generation, now >= plan.start else { return 0 }
       let total =

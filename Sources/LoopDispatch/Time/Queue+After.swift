@@ -24,11 +24,16 @@ public final class DelayedWork: LoopTimer, @unchecked Sendable {
   private var work: (@Sendable () -> Void)?
   /// The queue the work will be submitted to.
   public let queue: Queue
+  /// Immutable. Whether the timer is on the service loop, whose fires are submitted in one
+  /// batch per queue per pass; decided here so that a fire does not load the weak `loop`.
+  /// (The main loop is tested first so that main-queue timers never start the service loop.)
+  private let firesInBatches: Bool
 
-  init(queue: Queue, deadline: Deadline, work: @escaping @Sendable () -> Void) {
+  init(queue: Queue, loop: EventLoop, deadline: Deadline, work: @escaping @Sendable () -> Void) {
     self.queue = queue
     self.work = work
-    super.init(loop: ServiceLoop.loop(for: queue), deadline: deadline)
+    self.firesInBatches = loop !== EventLoop.main && loop === ServiceLoop.shared
+    super.init(loop: loop, deadline: deadline)
   }
 
   /// Stops the work from being submitted. The closure, and what it captured, is released
@@ -76,11 +81,20 @@ extension Queue {
   public func after(
     deadline: Deadline, execute work: @escaping @Sendable () -> Void
   ) -> DelayedWork {
-    let delayed = DelayedWork(queue: self, deadline: deadline, work: work)
-    if deadline <= .now {
+    after(deadline: deadline, on: ServiceLoop.loop(for: self), execute: work)
+  }
+
+  /// `after(deadline:execute:)` with the timer on `loop`, whose clock `deadline` is read
+  /// against: tests pass a virtual-time loop (`EventLoop(clock: .virtual())`) and drive it.
+  @discardableResult
+  package func after(
+    deadline: Deadline, on loop: EventLoop, execute work: @escaping @Sendable () -> Void
+  ) -> DelayedWork {
+    let delayed = DelayedWork(queue: self, loop: loop, deadline: deadline, work: work)
+    if deadline <= loop.now {
       delayed.fireNow()
     } else {
-      delayed.loop.schedule(delayed)
+      loop.schedule(delayed)
     }
     return delayed
   }
@@ -110,7 +124,7 @@ extension DelayedWork: LoopTimerTarget {
   /// same thread: no wake-up to save).
   package func loopTimerFired() {
     guard let work = claimWork() else { return }
-    if loop === ServiceLoop.shared {
+    if firesInBatches {
       TimerFireBatch.service.add(work, to: queue)
     } else {
       queue.async(execute: work)

@@ -8,7 +8,7 @@ import MainLoop
 enum ServiceLoop {
   /// The service loop, started on first use on the thread `ld.service`.
   static let shared: EventLoop = {
-    let loop = EventLoop(name: "ld.service")
+    let loop = EventLoop(processLifetimeName: "ld.service")
     loop.setTimerPassObserver { TimerFireBatch.service.flush() }
     let started = OneShotEvent()
     do {

@@ -45,6 +45,10 @@ extension EventLoop {
   private enum Exit { case stopped, deadline, condition }
 
   private func drive(until condition: () -> Bool, deadline: Deadline) -> Exit {
+    if isVirtualTime {  // Package-only, hence an internal bug (see EventLoop+VirtualTime.swift).
+      internalBug(
+        "EventLoop \"\(name)\" has a virtual clock; drive it with advance(by:) or advance(to:)")
+    }
     bindToCurrentThread()
     if running.exchange(true, ordering: .acquiringAndReleasing) {
       clientBug(

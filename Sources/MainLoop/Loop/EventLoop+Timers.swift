@@ -16,6 +16,11 @@ import CLoopShims
 ///    ``timerCoalescingNanoseconds`` to this expiry is armed for the end of that window
 ///    instead: dense timers are fired in groups, one wake-up and one `timerfd_settime` per
 ///    window, rather than one each (see ``timerCoalescingNanoseconds``).
+///
+/// A virtual-time loop (`EventLoop+VirtualTime.swift`) runs steps 2–5 unchanged, with its
+/// virtual clock as "the clock": `armedTimerDeadline` is then the simulated timer descriptor,
+/// armed by the same rule (coalescing window included) but without the system call, and
+/// the driver "fires" it by moving the clock to that instant and calling `fireTimerPasses`.
 extension EventLoop {
   /// The shortest time between two expiries of the timer descriptor: 20 µs, less than one
   /// wake-up of a sleeping thread costs on these VMs (10–40 µs).
@@ -41,7 +46,7 @@ extension EventLoop {
   /// Runs `body` on the loop thread no earlier than `delay` from now.
   @discardableResult
   public func schedule(after delay: Duration, _ body: @escaping @Sendable () -> Void) -> LoopTimer {
-    schedule(at: .now + delay, body)
+    schedule(at: now + delay, body)
   }
 
   /// Runs `body` on the loop thread every `interval`, first no earlier than `start`
@@ -56,19 +61,21 @@ extension EventLoop {
   ) -> LoopTimer {
     let nanos = interval.saturatingNanoseconds
     if nanos <= 0 { clientBug("repeating timer interval must be positive, got \(interval)") }
-    let first = start ?? (.now + interval)
+    let first = start ?? (now + interval)
     return add(
       LoopTimer(
         loop: self, deadline: first.uptimeNanoseconds, interval: UInt64(nanos), handler: body))
   }
 
   /// Schedules a timer made by package code that handles its own fire (LoopDispatch's
-  /// `DelayedWork`), allocating nothing. `timer.loop` must be this loop; a timer is
+  /// `DelayedWork`), allocating nothing. `timer.loop` must be this loop (checked in debug
+  /// builds only: the check is a weak load, two atomic operations per `after`); a timer is
   /// scheduled once. The timer then refers to itself (its handler) until it has fired or
   /// been removed, when the loop drops the handler; meanwhile the loop keeps it anyway.
   /// Any thread.
   package func schedule<Timer: LoopTimer & LoopTimerTarget>(_ timer: Timer) {
-    precondition(timer.loop === self && timer.handler == nil, "a timer is scheduled once")
+    assert(timer.loop === self, "a timer is scheduled on its own loop")
+    precondition(timer.handler == nil, "a timer is scheduled once")
     timer.handler = .target(timer)
     _ = add(timer)
   }
@@ -131,6 +138,26 @@ extension EventLoop {
     }
   }
 
+  /// Releases the handler of every timer the loop still keeps: those in the heap and those
+  /// on `pendingInsertions` (dropping the stack's retains). `deinit` only: no other thread
+  /// references the loop, so none can be pushing (a push runs inside `schedule`, on a strong
+  /// reference), every loop-thread access happens-before the final release, and the timers'
+  /// weak references already read nil, so no `cancel()` reaches the loop any more.
+  func releaseTimersAtDeinit() {
+    for timer in timers.removeAll() { timer.handler = nil }
+    // Acquiring: the pushers' links are visible. Safe: each non-zero word on the stack is a
+    // timer that `add` retained for it, and the exchange hands each to this walk alone.
+    let head = pendingInsertions.exchange(0, ordering: .acquiring)
+    var node =
+      head == 0 ? nil : Unmanaged<LoopTimer>.fromOpaque(UnsafeRawPointer(bitPattern: head)!)
+    while let current = node {
+      let timer = current.takeRetainedValue()  // The stack's retain, dropped here.
+      node = timer.nextPendingInsertion
+      timer.nextPendingInsertion = nil
+      timer.handler = nil
+    }
+  }
+
   /// Loop thread only.
   private func insertTimer(_ timer: LoopTimer) {
     if timer.isCancelled {
@@ -156,8 +183,13 @@ extension EventLoop {
   func handleTimerExpiry() {
     noteAwake()
     Syscall.drainCounter(timerFD)
+    fireTimerPasses()
+  }
+
+  /// Steps 2–5 of an expiry of the (real or simulated) timer descriptor. Loop thread only.
+  func fireTimerPasses() {
     armedTimerDeadline = 0  // A fired timerfd is disarmed.
-    var now = monotonicNanoseconds()
+    var now = currentTimeNanoseconds()
     lastTimerExpiry = now
     // Timers that fell due while handlers ran fire in a further pass rather than after a
     // timerfd round trip (never before their deadline). Passes are bounded so that a
@@ -165,7 +197,7 @@ extension EventLoop {
     for _ in 0..<4 {
       fireTimersDue(at: now)
       timerPassObserver?()
-      now = monotonicNanoseconds()
+      now = currentTimeNanoseconds()
       guard let next = timers.first, next.deadline <= now else { break }
     }
     rearmTimerFD()
@@ -197,7 +229,8 @@ extension EventLoop {
     }
   }
 
-  /// Arms the timerfd for the earliest deadline, or disarms it. Loop thread only.
+  /// Arms the timerfd for the earliest deadline, or disarms it; on a virtual-time loop only
+  /// records the instant (the simulated descriptor). Loop thread only.
   private func rearmTimerFD() {
     var wanted: UInt64 = 0
     if let first = timers.first, first.deadline != .max {
@@ -206,7 +239,7 @@ extension EventLoop {
       wanted = max(first.deadline, lastTimerExpiry &+ Self.timerCoalescingNanoseconds, 1)
     }
     if wanted == armedTimerDeadline { return }
-    if cls_timerfd_set_abs(timerFD, wanted) != 0 {
+    if !isVirtualTime && cls_timerfd_set_abs(timerFD, wanted) != 0 {
       internalBug("timerfd_settime failed: errno \(cls_errno())")
     }
     armedTimerDeadline = wanted

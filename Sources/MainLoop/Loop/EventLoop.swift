@@ -25,8 +25,8 @@ import Synchronization
 /// ``stop()`` and the thread-safe registration and cancel calls, which post to the inbox.
 public final class EventLoop: @unchecked Sendable {
   // @unchecked Sendable: cross-thread state is atomic (`wakePending`, `stopRequested`,
-  // `ownerThread`, `running`, counters) or the lock-free `inbox`; everything else is only
-  // touched on the loop thread, as each property states.
+  // `ownerThread`, `running`, `virtualNanoseconds`, counters) or the lock-free `inbox`;
+  // everything else is immutable or only touched on the loop thread, as each property states.
 
   /// The loop's name, for diagnostics.
   public let name: String
@@ -72,12 +72,16 @@ public final class EventLoop: @unchecked Sendable {
   let isMainLoop: Bool
 
   /// Atomic. Timers scheduled from other threads, not yet in the heap: the opaque pointer of
-  /// the newest (0: none), each linking to the next (see `EventLoop+Timers.swift`).
+  /// the newest (0: none), each linking to the next and retained by the stack (see
+  /// `EventLoop+Timers.swift`). Popped by the loop thread, or by `deinit`.
   let pendingInsertions = Atomic<UInt>(0)
   /// Timers ordered by deadline. Only touched on the loop thread.
   var timers = TimerHeap()
   /// The deadline the timer descriptor is armed for (0: disarmed). Only touched on the loop thread.
   var armedTimerDeadline: UInt64 = 0
+  /// What this loop's timers hold instead of the loop (see `LoopAnchor`). Set once, at the
+  /// end of `init`, before the loop is shared; read-only afterwards.
+  private(set) var timerAnchor: LoopAnchor!
   /// When the timer descriptor last fired (the clock reading of that expiry; 0: never).
   /// Only touched on the loop thread.
   var lastTimerExpiry: UInt64 = 0
@@ -101,6 +105,12 @@ public final class EventLoop: @unchecked Sendable {
   /// Registered fd watches by descriptor number (see `EventLoop+Descriptors.swift`). Only
   /// touched on the loop thread.
   var watchesByDescriptor: [Int32: [EventRegistration]] = [:]
+  /// Immutable. Whether the timers read `virtualNanoseconds` instead of `CLOCK_MONOTONIC`
+  /// and the loop is driven by `advance(to:)` (see `EventLoop+VirtualTime.swift`).
+  let isVirtualTime: Bool
+  /// Atomic. The virtual clock (unused on a real loop). Written only on the loop thread (the
+  /// driving thread), monotonically; read anywhere (relaxed: a reading, not a handoff).
+  let virtualNanoseconds: Atomic<UInt64>
 
   /// The loop bound to the process main thread: the loop that `Queue.main` drains.
   public static let main = EventLoop(name: "main", boundToMainThread: true)
@@ -114,12 +124,35 @@ public final class EventLoop: @unchecked Sendable {
     self.init(name: name, boundToMainThread: false, batchLimit: batchLimit)
   }
 
-  init(name: String, boundToMainThread: Bool, batchLimit: Int = 1024) {
+  /// Creates a loop whose timers read `clock`. A ``LoopClock/virtual(startingAt:)`` loop is
+  /// driven by the test that owns it (`advance(by:)`, `advance(to:)`) instead of `run`.
+  package convenience init(name: String = "event-loop", batchLimit: Int = 1024, clock: LoopClock) {
+    self.init(name: name, boundToMainThread: false, batchLimit: batchLimit, clock: clock)
+  }
+
+  /// Creates a loop that lives as long as the process (LoopDispatch's service loop): its
+  /// timers hold it strongly, through its anchor, instead of weakly (see `LoopAnchor`).
+  package convenience init(processLifetimeName name: String) {
+    self.init(name: name, boundToMainThread: false, livesForever: true)
+  }
+
+  init(
+    name: String, boundToMainThread: Bool, batchLimit: Int = 1024,
+    clock: LoopClock = .monotonic, livesForever: Bool = false
+  ) {
     if batchLimit < 1 { clientBug("EventLoop batchLimit must be at least 1, got \(batchLimit)") }
     EventLoop.enableLibeventThreading
     self.name = name
     self.batchLimit = batchLimit
     self.isMainLoop = boundToMainThread
+    switch clock {
+    case .monotonic:
+      self.isVirtualTime = false
+      self.virtualNanoseconds = Atomic(0)
+    case .virtual(let start):
+      self.isVirtualTime = true
+      self.virtualNanoseconds = Atomic(start.uptimeNanoseconds)
+    }
     self.idleSpinLimitNanoseconds = boundToMainThread ? 50_000 : 0
     self.idleSpinFloorNanoseconds = boundToMainThread ? 40_000 : 0
     self.spinBudgetNanoseconds = self.idleSpinLimitNanoseconds
@@ -130,14 +163,20 @@ public final class EventLoop: @unchecked Sendable {
     self.wakeFD = wake
     self.timerFD = timer
     installInternalEvents()
+    // A virtual loop never sleeps, so it always counts as awake: producers never write the
+    // eventfd; the driver finds their posts after each step. Relaxed: not yet shared.
+    if isVirtualTime { wakePending.store(true, ordering: .relaxed) }
+    // The main loop is a global constant: it lives as long as the process, too.
+    timerAnchor = LoopAnchor(self, livesForever: livesForever || boundToMainThread)
   }
 
   deinit {
     if running.load(ordering: .relaxed) {
       internalBug("EventLoop \(name) deallocated while running")
     }
-    // No timer waits in `pendingInsertions` here: each holds the loop strongly.
-    for timer in timers.removeAll() { timer.handler = nil }
+    // Timers refer to the loop weakly, so pending ones (in the heap or still on
+    // `pendingInsertions`) do not keep it alive: release their handlers here.
+    releaseTimersAtDeinit()
     if let wakeEvent { event_free(wakeEvent) }
     if let timerEvent { event_free(timerEvent) }
     event_base_free(base)
@@ -156,6 +195,17 @@ public final class EventLoop: @unchecked Sendable {
     if isMainLoop { return cls_is_main_thread_cached() != 0 }
     let owner = ownerThread.load(ordering: .acquiring)
     return owner != 0 && owner == pthread_self()
+  }
+
+  /// The loop's clock reading: `CLOCK_MONOTONIC` (``Deadline/now``), or the virtual time of
+  /// a virtual-time loop. Any thread.
+  package var now: Deadline { Deadline(uptimeNanoseconds: currentTimeNanoseconds()) }
+
+  /// What the timer code reads instead of `monotonicNanoseconds()`: on a real loop one
+  /// predictable branch on an immutable flag, then the vDSO call. Any thread.
+  @inline(__always)
+  func currentTimeNanoseconds() -> UInt64 {
+    isVirtualTime ? virtualNanoseconds.load(ordering: .relaxed) : monotonicNanoseconds()
   }
 
   /// Whether ``run()`` (or a bounded run) is in progress.
