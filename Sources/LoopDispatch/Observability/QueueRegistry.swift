@@ -7,9 +7,10 @@ import MainLoop
 /// queue itself: a snapshot that retained a queue could drop the last reference and run the
 /// queue's `deinit`, which unregisters, on the thread already holding this lock. A custom
 /// queue registers with its first item (`Queue.installCounters`; the main and global queues
-/// in their initialisers) and unregisters in `deinit`. The table
-/// holds queues unretained; a snapshot reads them under the table's lock, so a queue being
-/// released waits in `unregister` until the snapshot is done and its memory stays valid.
+/// in their initialisers) and unregisters in `deinit`, which folds its figures into the
+/// per-label totals. A snapshot copies the counters it finds under the table's lock; the
+/// counters are their own objects, retained by the table, so a snapshot never touches a
+/// queue, and one taken while a queue is being released sees it either live or folded.
 ///
 /// Thread-safety: everything is behind `table`'s lock.
 final class QueueRegistry: Sendable {

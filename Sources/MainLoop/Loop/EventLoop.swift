@@ -5,16 +5,19 @@ import Synchronization
 
 /// One libevent `event_base` (epoll backend) driven by exactly one thread.
 ///
-/// A loop turn, in order:
+/// A loop turn:
 /// 1. `epoll_wait` (inside libevent) sleeps until a descriptor is ready, a signal arrives,
 ///    the timer descriptor expires or another thread posts work (the wake eventfd).
-/// 2. Ready fd and signal watches run their handlers.
-/// 3. If the timer descriptor fired: every timer whose deadline has passed runs, in deadline
-///    order, and the timer descriptor is re-armed for the next one.
-/// 4. A bounded batch of posted closures runs (``batchLimit``): from the wake eventfd's
-///    handler, or after the poll when posts reached the loop while it was awake (no eventfd
-///    write was needed for them).
-/// 5. ``run()`` checks for ``stop()`` and its bound. The next poll blocks only when no post
+/// 2. libevent runs the handler of everything that poll found ready, in the order epoll
+///    reported it. All events share one libevent priority, so no order between the kinds is
+///    enforced: ready fd and signal watches run their handlers; the timer descriptor's
+///    handler runs every timer whose deadline has passed, in deadline order, and re-arms it;
+///    the wake eventfd's handler runs a bounded batch of posted closures (``batchLimit``).
+///    A timer due while fd handlers run may therefore fire before or after them in the same
+///    turn, and a post may run before a ready descriptor's handler.
+/// 3. After the poll, if no batch of posts ran in step 2 but posts are waiting (they reached
+///    the loop while it was awake, so no eventfd write was needed), one batch runs now.
+/// 4. ``run()`` checks for ``stop()`` and its bound. The next poll blocks only when no post
 ///    waits; the loop marks itself asleep just before (after a short spin if it just ran
 ///    posted work), so posts reach an awake loop without any system call
 ///    (`EventLoop+Execute.swift`).
