@@ -247,7 +247,8 @@ public final class Queue: @unchecked Sendable {
     // `a.setTarget(b)` and `b.setTarget(a)` would otherwise each walk a chain without the
     // other's new link, both pass, and form a cycle (after which `root` never returns).
     // Retargeting is rare; submission never takes this lock.
-    Self.targetChanges.withLock { _ in
+    Self.targetChanges.withLock { changes in
+      changes &+= 1
       var walker: Queue? = target
       while let current = walker {
         if current === self {
@@ -261,8 +262,10 @@ public final class Queue: @unchecked Sendable {
     }
   }
 
-  /// Held by `setTarget` across its cycle check and the publication of the new target.
-  private static let targetChanges = LockedValue(())
+  /// Held by `setTarget` across its cycle check and the publication of the new target; the
+  /// value counts the changes. (Not a lock around `()`: ThreadSanitizer reported the accesses
+  /// to that zero-size value, made before the mutex is taken, as a race.)
+  private static let targetChanges = LockedValue(0)
 
   /// Makes `target` current. The caller keeps it alive for the queue's life.
   private func publishTarget(_ target: Queue) {
