@@ -5,7 +5,7 @@ SWIFT ?= swift
 WERROR := -Xswiftc -warnings-as-errors
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build run test test-unit test-release test-leaks test-tsan bench bench-http lint docs clean
+.PHONY: all deps build run test test-unit test-release test-leaks test-tsan test-c c-api install bench bench-http lint docs clean
 
 all: build
 
@@ -27,7 +27,7 @@ run: deps
 ## test: lint, every test (debug, then release), then every test again under AddressSanitizer
 ## with LeakSanitizer and under ThreadSanitizer (sizes scaled down there; see
 ## LOOPDISPATCH_TEST_SCALE), then the docs.
-test: lint test-unit test-release test-leaks test-tsan docs
+test: lint test-unit test-release test-c test-leaks test-tsan docs
 
 test-unit: deps
 	$(SWIFT) build --build-tests $(WERROR)
@@ -39,6 +39,26 @@ test-unit: deps
 test-release: deps
 	$(SWIFT) build -c release --build-tests -Xswiftc -enable-testing $(WERROR)
 	$(SWIFT) test -c release --skip-build -Xswiftc -enable-testing
+
+## test-c: the GCD C API: the C test suite (Tests/CAPI) and the C seed programs
+## (Examples/C), built with clang -fblocks against <dispatch/dispatch.h>; then the suite again
+## with the library and the program under AddressSanitizer and LeakSanitizer.
+test-c: deps
+	scripts/test-c-api.sh debug
+	CFLAGS=-fsanitize=address ASAN_OPTIONS=detect_leaks=1 \
+	  LSAN_OPTIONS=suppressions=$(CURDIR)/.ci/lsan.supp \
+	  scripts/test-c-api.sh debug --scratch-path .build/asan --sanitize=address
+
+## c-api: libloopdispatch.so and .a (release) and a pkg-config file; prints the directory to
+## put in PKG_CONFIG_PATH.
+c-api: deps
+	@scripts/c-api.sh release | tail -n 1
+
+## install: the C API under PREFIX (default /usr/local): include/dispatch/dispatch.h,
+## lib/libloopdispatch.{so,a} and lib/pkgconfig/loopdispatch.pc.
+PREFIX ?= /usr/local
+install: deps
+	scripts/install-c-api.sh "$(PREFIX)"
 
 ## test-leaks: every suite (stress at its small size, the server soak at its full ~20k
 ## requests) under AddressSanitizer; its LeakSanitizer fails the run on a leak. Programs the tests start (the

@@ -19,6 +19,10 @@ let package = Package(
     // HTTP parsing and sockets for the example servers (ours and the Dispatch rival in
     // Benchmarks); not part of the runtime.
     .library(name: "ExampleHTTP", targets: ["ExampleHTTP"]),
+    // The GCD C API (`#include <dispatch/dispatch.h>`): libloopdispatch.so and a static form.
+    .library(name: "loopdispatch", type: .dynamic, targets: ["CDispatch", "LoopDispatchC"]),
+    .library(
+      name: "loopdispatch-static", type: .static, targets: ["CDispatch", "LoopDispatchC"]),
   ],
   targets: [
     // libevent_core through pkg-config; libevent_pthreads is linked by name because its .pc
@@ -41,6 +45,19 @@ let package = Package(
       swiftSettings: strict
     ),
     .target(name: "ExampleHTTP", swiftSettings: strict),
+    // The GCD C API: the header tree and the parts that need C (block forms, queue
+    // attributes, dispatch_once, dispatch_debug)...
+    .target(
+      name: "CDispatch",
+      cSettings: [.unsafeFlags(["-fblocks", "-Wall", "-Werror"])],
+      linkerSettings: [.linkedLibrary("BlocksRuntime")]
+    ),
+    // ...and the rest, in Swift (`@_cdecl` entry points over LoopDispatch).
+    .target(
+      name: "LoopDispatchC",
+      dependencies: ["LoopDispatch", "MainLoop"],
+      swiftSettings: strict
+    ),
     .executableTarget(
       name: "Examples",
       dependencies: ["LoopDispatch", "MainLoop", "ExampleHTTP"],

@@ -1,0 +1,233 @@
+// The C side of LoopDispatch's GCD C API: what needs C to express. Block forms (a block is
+// copied for asynchronous use and released after it ran, as libdispatch does), queue
+// attributes, dispatch_once on the caller's word, and dispatch_debug's varargs. Every other
+// function is implemented in Swift (Sources/LoopDispatchC, `@_cdecl`).
+#include <dispatch/dispatch.h>
+
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <sys/syscall.h>
+
+// BlocksRuntime (the toolchain's libBlocksRuntime), declared here so no header path is needed.
+extern void *_Block_copy(const void *block);
+extern void _Block_release(const void *block);
+
+// ---- Block forms ---------------------------------------------------------------------------
+
+// Runs a copied block once and releases the copy.
+static void run_copied_block(void *context) {
+  dispatch_block_t block = (dispatch_block_t)context;
+  block();
+  _Block_release(block);
+}
+
+// Runs a block the caller keeps (the synchronous forms: the block outlives the call).
+static void run_borrowed_block(void *context) { ((dispatch_block_t)context)(); }
+
+static void run_apply_block(void *context, size_t index) {
+  ((void (^)(size_t))context)(index);
+}
+
+void dispatch_async(dispatch_queue_t queue, dispatch_block_t block) {
+  dispatch_async_f(queue, _Block_copy(block), run_copied_block);
+}
+
+void dispatch_sync(dispatch_queue_t queue, dispatch_block_t block) {
+  dispatch_sync_f(queue, (void *)block, run_borrowed_block);
+}
+
+void dispatch_barrier_async(dispatch_queue_t queue, dispatch_block_t block) {
+  dispatch_barrier_async_f(queue, _Block_copy(block), run_copied_block);
+}
+
+void dispatch_barrier_sync(dispatch_queue_t queue, dispatch_block_t block) {
+  dispatch_barrier_sync_f(queue, (void *)block, run_borrowed_block);
+}
+
+void dispatch_apply(size_t iterations, dispatch_queue_t queue, void (^block)(size_t)) {
+  dispatch_apply_f(iterations, queue, (void *)block, run_apply_block);
+}
+
+void dispatch_after(dispatch_time_t when, dispatch_queue_t queue, dispatch_block_t block) {
+  dispatch_after_f(when, queue, _Block_copy(block), run_copied_block);
+}
+
+void dispatch_group_async(dispatch_group_t group, dispatch_queue_t queue, dispatch_block_t block) {
+  dispatch_group_async_f(group, queue, _Block_copy(block), run_copied_block);
+}
+
+void dispatch_group_notify(
+    dispatch_group_t group, dispatch_queue_t queue, dispatch_block_t block) {
+  dispatch_group_notify_f(group, queue, _Block_copy(block), run_copied_block);
+}
+
+void dispatch_once(dispatch_once_t *predicate, dispatch_block_t block) {
+  dispatch_once_f(predicate, (void *)block, run_borrowed_block);
+}
+
+// ---- Queue attributes ----------------------------------------------------------------------
+
+// An attribute is a pointer to one of these constants (DISPATCH_QUEUE_SERIAL is NULL): every
+// combination exists once, so attributes are never allocated or freed.
+struct dispatch_queue_attr_s {
+  unsigned char concurrent;
+  unsigned char inactive;
+  unsigned char qos;  // A dispatch_qos_class_t value; 0: unspecified.
+};
+
+struct dispatch_queue_attr_s _dispatch_queue_attr_concurrent = {1, 0, 0};
+
+enum { qos_count = 6 };
+static const dispatch_qos_class_t qos_classes[qos_count] = {
+    QOS_CLASS_UNSPECIFIED, QOS_CLASS_BACKGROUND,       QOS_CLASS_UTILITY,
+    QOS_CLASS_DEFAULT,     QOS_CLASS_USER_INITIATED, QOS_CLASS_USER_INTERACTIVE,
+};
+static struct dispatch_queue_attr_s attributes[2][2][qos_count];
+
+static int qos_index(dispatch_qos_class_t qos) {
+  for (int i = 0; i < qos_count; i++) {
+    if (qos_classes[i] == qos) return i;
+  }
+  return 0;
+}
+
+static dispatch_queue_attr_t attribute(int concurrent, int inactive, int qos) {
+  if (concurrent && !inactive && qos == 0) return &_dispatch_queue_attr_concurrent;
+  if (!concurrent && !inactive && qos == 0) return DISPATCH_QUEUE_SERIAL;
+  struct dispatch_queue_attr_s *attr = &attributes[concurrent][inactive][qos];
+  // Filling the constant is idempotent: racing callers write the same bytes.
+  attr->concurrent = (unsigned char)concurrent;
+  attr->inactive = (unsigned char)inactive;
+  attr->qos = (unsigned char)qos_classes[qos];
+  return attr;
+}
+
+dispatch_queue_attr_t dispatch_queue_attr_make_initially_inactive(dispatch_queue_attr_t attr) {
+  return attribute(attr ? attr->concurrent : 0, 1, attr ? qos_index(attr->qos) : 0);
+}
+
+dispatch_queue_attr_t dispatch_queue_attr_make_with_qos_class(
+    dispatch_queue_attr_t attr, dispatch_qos_class_t qos_class, int relative_priority) {
+  (void)relative_priority;  // Priorities within a QoS class are not modelled.
+  return attribute(attr ? attr->concurrent : 0, attr ? attr->inactive : 0, qos_index(qos_class));
+}
+
+// Implemented in Swift: creates the queue from the decoded attribute.
+extern dispatch_queue_t _loopdispatch_queue_create(
+    const char *label, int concurrent, int inactive, int qos);
+
+dispatch_queue_t dispatch_queue_create(const char *label, dispatch_queue_attr_t attr) {
+  return _loopdispatch_queue_create(
+      label, attr ? attr->concurrent : 0, attr ? attr->inactive : 0, attr ? attr->qos : 0);
+}
+
+// ---- dispatch_once -------------------------------------------------------------------------
+
+// The predicate word: 0 not started; 1 running; 2 running with waiters; ~0 done. Waiters sleep
+// on the word's low 32 bits (x86-64 and aarch64 are little-endian: 1 and 2 fit there).
+enum { once_running = 1, once_waited = 2 };
+
+void dispatch_once_f(dispatch_once_t *predicate, void *context, dispatch_function_t function) {
+  if (__atomic_load_n(predicate, __ATOMIC_ACQUIRE) == ~0l) return;
+  intptr_t expected = 0;
+  if (__atomic_compare_exchange_n(
+          predicate, &expected, once_running, false, __ATOMIC_ACQUIRE, __ATOMIC_ACQUIRE)) {
+    function(context);
+    // Releasing: the initialisation is visible to every caller that sees "done".
+    intptr_t previous = __atomic_exchange_n(predicate, ~0l, __ATOMIC_ACQ_REL);
+    if (previous == once_waited) {
+      syscall(SYS_futex, (int *)predicate, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+    }
+    return;
+  }
+  while (1) {
+    intptr_t seen = __atomic_load_n(predicate, __ATOMIC_ACQUIRE);
+    if (seen == ~0l) return;
+    if (seen == once_running) {
+      __atomic_compare_exchange_n(
+          predicate, &seen, once_waited, false, __ATOMIC_ACQUIRE, __ATOMIC_ACQUIRE);
+      continue;
+    }
+    syscall(SYS_futex, (int *)predicate, FUTEX_WAIT_PRIVATE, once_waited, NULL, NULL, 0);
+  }
+}
+
+// ---- Sources -------------------------------------------------------------------------------
+
+// A source type is the address of one of these constants; the tag tells Swift which kind.
+struct dispatch_source_type_s {
+  int tag;
+};
+const struct dispatch_source_type_s _dispatch_source_type_read = {1};
+const struct dispatch_source_type_s _dispatch_source_type_write = {2};
+const struct dispatch_source_type_s _dispatch_source_type_timer = {3};
+const struct dispatch_source_type_s _dispatch_source_type_signal = {4};
+const struct dispatch_source_type_s _dispatch_source_type_data_add = {5};
+const struct dispatch_source_type_s _dispatch_source_type_data_or = {6};
+
+// Implemented in Swift.
+extern dispatch_source_t _loopdispatch_source_create(
+    int tag, uintptr_t handle, uintptr_t mask, dispatch_queue_t queue);
+// Sets handler `which` (0 event, 1 cancel, 2 registration): `invoke(argument)` when
+// `argument` is not NULL (then `release(argument)` when the handler is replaced or dropped),
+// else `invoke(<the source's context>)`; a NULL `invoke` clears the handler.
+extern void _loopdispatch_source_set_handler(
+    dispatch_source_t source, int which, dispatch_function_t invoke, void *argument,
+    void (*release)(const void *));
+
+dispatch_source_t dispatch_source_create(
+    dispatch_source_type_t type, uintptr_t handle, uintptr_t mask, dispatch_queue_t queue) {
+  return _loopdispatch_source_create(type ? type->tag : 0, handle, mask, queue);
+}
+
+static void set_block_handler(dispatch_source_t source, int which, dispatch_block_t block) {
+  if (block == NULL) {
+    _loopdispatch_source_set_handler(source, which, NULL, NULL, NULL);
+    return;
+  }
+  _loopdispatch_source_set_handler(
+      source, which, run_borrowed_block, _Block_copy(block), _Block_release);
+}
+
+static void set_function_handler(dispatch_source_t source, int which, dispatch_function_t f) {
+  _loopdispatch_source_set_handler(source, which, f, NULL, NULL);
+}
+
+void dispatch_source_set_event_handler(dispatch_source_t source, dispatch_block_t handler) {
+  set_block_handler(source, 0, handler);
+}
+void dispatch_source_set_event_handler_f(dispatch_source_t source, dispatch_function_t handler) {
+  set_function_handler(source, 0, handler);
+}
+void dispatch_source_set_cancel_handler(dispatch_source_t source, dispatch_block_t handler) {
+  set_block_handler(source, 1, handler);
+}
+void dispatch_source_set_cancel_handler_f(dispatch_source_t source, dispatch_function_t handler) {
+  set_function_handler(source, 1, handler);
+}
+void dispatch_source_set_registration_handler(
+    dispatch_source_t source, dispatch_block_t handler) {
+  set_block_handler(source, 2, handler);
+}
+void dispatch_source_set_registration_handler_f(
+    dispatch_source_t source, dispatch_function_t handler) {
+  set_function_handler(source, 2, handler);
+}
+
+// ---- dispatch_debug ------------------------------------------------------------------------
+
+// Implemented in Swift: writes a one-line description of `object` into `buffer`.
+extern void _loopdispatch_describe(void *object, char *buffer, size_t size);
+
+void dispatch_debug(dispatch_object_t object, const char *message, ...) {
+  char description[256];
+  _loopdispatch_describe(object._do, description, sizeof description);
+  char text[512];
+  va_list arguments;
+  va_start(arguments, message);
+  vsnprintf(text, sizeof text, message, arguments);
+  va_end(arguments);
+  fprintf(stderr, "%s: %s\n", description, text);
+}

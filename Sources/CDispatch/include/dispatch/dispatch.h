@@ -1,0 +1,266 @@
+/*
+ * LoopDispatch's C interface: the core of Grand Central Dispatch's C API, source-compatible
+ * with libdispatch's public headers for the functions below, implemented on LoopDispatch
+ * (Swift, on a libevent loop). Written from the documented API.
+ *
+ * Build with clang and -fblocks; link with the flags `pkg-config --libs loopdispatch` prints
+ * (the library, BlocksRuntime and the Swift runtime).
+ *
+ * Differences from libdispatch, on purpose: dispatch_main() runs the main queue inside a
+ * libevent loop on the real main thread (it never calls pthread_exit), and misuse crashes
+ * with a line that starts "BUG IN CLIENT OF LOOPDISPATCH:".
+ */
+#ifndef LOOPDISPATCH_DISPATCH_H
+#define LOOPDISPATCH_DISPATCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+#include <unistd.h>
+
+/* The API version this header provides (libdispatch's numbering: a date). */
+#define DISPATCH_API_VERSION 20181008
+#define LOOPDISPATCH_API_VERSION 1
+
+#ifdef __cplusplus
+#define DISPATCH_C_BEGIN extern "C" {
+#define DISPATCH_C_END }
+#else
+#define DISPATCH_C_BEGIN
+#define DISPATCH_C_END
+#endif
+
+#define DISPATCH_EXPORT extern __attribute__((visibility("default")))
+#define DISPATCH_NOTHROW __attribute__((__nothrow__))
+#define DISPATCH_NONNULL_ALL __attribute__((__nonnull__))
+#define DISPATCH_NORETURN __attribute__((__noreturn__))
+#define DISPATCH_WARN_RESULT __attribute__((__warn_unused_result__))
+#define DISPATCH_RETURNS_RETAINED
+#define DISPATCH_NOESCAPE __attribute__((__noescape__))
+#define DISPATCH_DEPRECATED __attribute__((__deprecated__))
+#define DISPATCH_INLINE static __inline__
+#define DISPATCH_ALWAYS_INLINE __attribute__((__always_inline__))
+#define DISPATCH_EXPECT(x, v) __builtin_expect((x), (v))
+
+DISPATCH_C_BEGIN
+
+/* ---- Objects ------------------------------------------------------------------------- */
+
+typedef struct dispatch_object_s *dispatch_object_s_ptr;
+typedef struct dispatch_queue_s *dispatch_queue_t;
+typedef struct dispatch_queue_s *dispatch_queue_global_t;
+typedef struct dispatch_queue_s *dispatch_queue_main_t;
+typedef struct dispatch_queue_s *dispatch_queue_serial_t;
+typedef struct dispatch_queue_s *dispatch_queue_concurrent_t;
+typedef struct dispatch_group_s *dispatch_group_t;
+typedef struct dispatch_semaphore_s *dispatch_semaphore_t;
+typedef struct dispatch_source_s *dispatch_source_t;
+typedef struct dispatch_queue_attr_s *dispatch_queue_attr_t;
+
+/* Any dispatch object, in C: a transparent union, so every object type converts to it. */
+#ifdef __cplusplus
+typedef void *dispatch_object_t;
+#else
+typedef union {
+  struct dispatch_object_s *_do;
+  struct dispatch_queue_s *_dq;
+  struct dispatch_group_s *_dg;
+  struct dispatch_semaphore_s *_dsema;
+  struct dispatch_source_s *_ds;
+  struct dispatch_queue_attr_s *_dqa;
+} dispatch_object_t __attribute__((__transparent_union__));
+#endif
+
+typedef void (*dispatch_function_t)(void *);
+typedef void (^dispatch_block_t)(void);
+typedef int dispatch_fd_t;
+
+DISPATCH_EXPORT void dispatch_retain(dispatch_object_t object);
+DISPATCH_EXPORT void dispatch_release(dispatch_object_t object);
+DISPATCH_EXPORT void *dispatch_get_context(dispatch_object_t object);
+DISPATCH_EXPORT void dispatch_set_context(dispatch_object_t object, void *context);
+DISPATCH_EXPORT void dispatch_set_finalizer_f(
+    dispatch_object_t object, dispatch_function_t finalizer);
+DISPATCH_EXPORT void dispatch_activate(dispatch_object_t object);
+DISPATCH_EXPORT void dispatch_suspend(dispatch_object_t object);
+DISPATCH_EXPORT void dispatch_resume(dispatch_object_t object);
+
+/* ---- Time ---------------------------------------------------------------------------- */
+
+typedef uint64_t dispatch_time_t;
+#define DISPATCH_TIME_NOW (0ull)
+#define DISPATCH_TIME_FOREVER (~0ull)
+#define DISPATCH_WALLTIME_NOW (~1ull)
+#define NSEC_PER_SEC 1000000000ull
+#define NSEC_PER_MSEC 1000000ull
+#define USEC_PER_SEC 1000000ull
+#define NSEC_PER_USEC 1000ull
+
+DISPATCH_EXPORT dispatch_time_t dispatch_time(dispatch_time_t when, int64_t delta);
+DISPATCH_EXPORT dispatch_time_t dispatch_walltime(
+    const struct timespec *when, int64_t delta);
+
+/* ---- Queues -------------------------------------------------------------------------- */
+
+#define DISPATCH_QUEUE_SERIAL ((dispatch_queue_attr_t)0)
+#define DISPATCH_QUEUE_SERIAL_INACTIVE dispatch_queue_attr_make_initially_inactive(DISPATCH_QUEUE_SERIAL)
+#define DISPATCH_QUEUE_CONCURRENT (&_dispatch_queue_attr_concurrent)
+#define DISPATCH_QUEUE_CONCURRENT_INACTIVE \
+  dispatch_queue_attr_make_initially_inactive(DISPATCH_QUEUE_CONCURRENT)
+DISPATCH_EXPORT struct dispatch_queue_attr_s _dispatch_queue_attr_concurrent;
+
+#define DISPATCH_QUEUE_PRIORITY_HIGH 2
+#define DISPATCH_QUEUE_PRIORITY_DEFAULT 0
+#define DISPATCH_QUEUE_PRIORITY_LOW (-2)
+#define DISPATCH_QUEUE_PRIORITY_BACKGROUND INT16_MIN
+typedef long dispatch_queue_priority_t;
+
+typedef enum {
+  QOS_CLASS_USER_INTERACTIVE = 0x21,
+  QOS_CLASS_USER_INITIATED = 0x19,
+  QOS_CLASS_DEFAULT = 0x15,
+  QOS_CLASS_UTILITY = 0x11,
+  QOS_CLASS_BACKGROUND = 0x09,
+  QOS_CLASS_UNSPECIFIED = 0x00,
+} dispatch_qos_class_t;
+typedef dispatch_qos_class_t qos_class_t;
+
+DISPATCH_EXPORT dispatch_queue_t dispatch_queue_create(
+    const char *label, dispatch_queue_attr_t attr);
+DISPATCH_EXPORT dispatch_queue_global_t dispatch_get_global_queue(
+    intptr_t identifier, uintptr_t flags);
+DISPATCH_EXPORT dispatch_queue_main_t dispatch_get_main_queue(void);
+DISPATCH_EXPORT DISPATCH_DEPRECATED dispatch_queue_t dispatch_get_current_queue(void);
+#define DISPATCH_CURRENT_QUEUE_LABEL NULL
+DISPATCH_EXPORT const char *dispatch_queue_get_label(dispatch_queue_t queue);
+DISPATCH_EXPORT void dispatch_set_target_queue(
+    dispatch_object_t object, dispatch_queue_t queue);
+DISPATCH_EXPORT dispatch_queue_attr_t dispatch_queue_attr_make_initially_inactive(
+    dispatch_queue_attr_t attr);
+DISPATCH_EXPORT dispatch_queue_attr_t dispatch_queue_attr_make_with_qos_class(
+    dispatch_queue_attr_t attr, dispatch_qos_class_t qos_class, int relative_priority);
+
+DISPATCH_EXPORT void dispatch_async(dispatch_queue_t queue, dispatch_block_t block);
+DISPATCH_EXPORT void dispatch_async_f(
+    dispatch_queue_t queue, void *context, dispatch_function_t work);
+DISPATCH_EXPORT void dispatch_sync(dispatch_queue_t queue, DISPATCH_NOESCAPE dispatch_block_t block);
+DISPATCH_EXPORT void dispatch_sync_f(
+    dispatch_queue_t queue, void *context, dispatch_function_t work);
+DISPATCH_EXPORT void dispatch_barrier_async(dispatch_queue_t queue, dispatch_block_t block);
+DISPATCH_EXPORT void dispatch_barrier_async_f(
+    dispatch_queue_t queue, void *context, dispatch_function_t work);
+DISPATCH_EXPORT void dispatch_barrier_sync(
+    dispatch_queue_t queue, DISPATCH_NOESCAPE dispatch_block_t block);
+DISPATCH_EXPORT void dispatch_barrier_sync_f(
+    dispatch_queue_t queue, void *context, dispatch_function_t work);
+
+#define DISPATCH_APPLY_AUTO ((dispatch_queue_t)0)
+DISPATCH_EXPORT void dispatch_apply(
+    size_t iterations, dispatch_queue_t queue, DISPATCH_NOESCAPE void (^block)(size_t));
+DISPATCH_EXPORT void dispatch_apply_f(
+    size_t iterations, dispatch_queue_t queue, void *context,
+    void (*work)(void *, size_t));
+
+DISPATCH_EXPORT void dispatch_after(
+    dispatch_time_t when, dispatch_queue_t queue, dispatch_block_t block);
+DISPATCH_EXPORT void dispatch_after_f(
+    dispatch_time_t when, dispatch_queue_t queue, void *context,
+    dispatch_function_t work);
+
+DISPATCH_EXPORT void dispatch_queue_set_specific(
+    dispatch_queue_t queue, const void *key, void *context,
+    dispatch_function_t destructor);
+DISPATCH_EXPORT void *dispatch_queue_get_specific(dispatch_queue_t queue, const void *key);
+DISPATCH_EXPORT void *dispatch_get_specific(const void *key);
+
+/* Runs the main queue on the calling (main) thread inside LoopDispatch's libevent loop;
+ * never returns. */
+DISPATCH_EXPORT DISPATCH_NORETURN void dispatch_main(void);
+
+/* LoopDispatch extension: the main loop's libevent `struct event_base *`, for adding C
+ * events beside the main queue. Use it on the main thread only. */
+DISPATCH_EXPORT void *loopdispatch_main_event_base(void);
+
+/* ---- Groups -------------------------------------------------------------------------- */
+
+DISPATCH_EXPORT dispatch_group_t dispatch_group_create(void);
+DISPATCH_EXPORT void dispatch_group_enter(dispatch_group_t group);
+DISPATCH_EXPORT void dispatch_group_leave(dispatch_group_t group);
+DISPATCH_EXPORT void dispatch_group_async(
+    dispatch_group_t group, dispatch_queue_t queue, dispatch_block_t block);
+DISPATCH_EXPORT void dispatch_group_async_f(
+    dispatch_group_t group, dispatch_queue_t queue, void *context,
+    dispatch_function_t work);
+/* Returns 0 when the group emptied, non-zero when `timeout` passed first. */
+DISPATCH_EXPORT intptr_t dispatch_group_wait(dispatch_group_t group, dispatch_time_t timeout);
+DISPATCH_EXPORT void dispatch_group_notify(
+    dispatch_group_t group, dispatch_queue_t queue, dispatch_block_t block);
+DISPATCH_EXPORT void dispatch_group_notify_f(
+    dispatch_group_t group, dispatch_queue_t queue, void *context,
+    dispatch_function_t work);
+
+/* ---- Semaphores ---------------------------------------------------------------------- */
+
+DISPATCH_EXPORT dispatch_semaphore_t dispatch_semaphore_create(intptr_t value);
+/* Returns 0 on success, non-zero when `timeout` passed first. */
+DISPATCH_EXPORT intptr_t dispatch_semaphore_wait(dispatch_semaphore_t dsema, dispatch_time_t timeout);
+/* Returns non-zero if a waiter was woken. */
+DISPATCH_EXPORT intptr_t dispatch_semaphore_signal(dispatch_semaphore_t dsema);
+
+/* ---- Once ---------------------------------------------------------------------------- */
+
+typedef intptr_t dispatch_once_t;
+DISPATCH_EXPORT void dispatch_once(dispatch_once_t *predicate, DISPATCH_NOESCAPE dispatch_block_t block);
+DISPATCH_EXPORT void dispatch_once_f(
+    dispatch_once_t *predicate, void *context, dispatch_function_t function);
+
+/* ---- Sources ------------------------------------------------------------------------ */
+
+typedef const struct dispatch_source_type_s *dispatch_source_type_t;
+DISPATCH_EXPORT const struct dispatch_source_type_s _dispatch_source_type_read;
+DISPATCH_EXPORT const struct dispatch_source_type_s _dispatch_source_type_write;
+DISPATCH_EXPORT const struct dispatch_source_type_s _dispatch_source_type_timer;
+DISPATCH_EXPORT const struct dispatch_source_type_s _dispatch_source_type_signal;
+DISPATCH_EXPORT const struct dispatch_source_type_s _dispatch_source_type_data_add;
+DISPATCH_EXPORT const struct dispatch_source_type_s _dispatch_source_type_data_or;
+#define DISPATCH_SOURCE_TYPE_READ (&_dispatch_source_type_read)
+#define DISPATCH_SOURCE_TYPE_WRITE (&_dispatch_source_type_write)
+#define DISPATCH_SOURCE_TYPE_TIMER (&_dispatch_source_type_timer)
+#define DISPATCH_SOURCE_TYPE_SIGNAL (&_dispatch_source_type_signal)
+#define DISPATCH_SOURCE_TYPE_DATA_ADD (&_dispatch_source_type_data_add)
+#define DISPATCH_SOURCE_TYPE_DATA_OR (&_dispatch_source_type_data_or)
+#define DISPATCH_TIMER_STRICT 0x1
+
+/* Returns NULL when the source cannot be made (a bad descriptor or signal number). A new
+ * source is inactive: dispatch_activate or dispatch_resume starts it. */
+DISPATCH_EXPORT dispatch_source_t dispatch_source_create(
+    dispatch_source_type_t type, uintptr_t handle, uintptr_t mask, dispatch_queue_t queue);
+DISPATCH_EXPORT void dispatch_source_set_event_handler(
+    dispatch_source_t source, dispatch_block_t handler);
+DISPATCH_EXPORT void dispatch_source_set_event_handler_f(
+    dispatch_source_t source, dispatch_function_t handler);
+DISPATCH_EXPORT void dispatch_source_set_cancel_handler(
+    dispatch_source_t source, dispatch_block_t handler);
+DISPATCH_EXPORT void dispatch_source_set_cancel_handler_f(
+    dispatch_source_t source, dispatch_function_t handler);
+DISPATCH_EXPORT void dispatch_source_set_registration_handler(
+    dispatch_source_t source, dispatch_block_t handler);
+DISPATCH_EXPORT void dispatch_source_set_registration_handler_f(
+    dispatch_source_t source, dispatch_function_t handler);
+DISPATCH_EXPORT void dispatch_source_cancel(dispatch_source_t source);
+DISPATCH_EXPORT intptr_t dispatch_source_testcancel(dispatch_source_t source);
+DISPATCH_EXPORT uintptr_t dispatch_source_get_data(dispatch_source_t source);
+DISPATCH_EXPORT uintptr_t dispatch_source_get_handle(dispatch_source_t source);
+DISPATCH_EXPORT uintptr_t dispatch_source_get_mask(dispatch_source_t source);
+DISPATCH_EXPORT void dispatch_source_merge_data(dispatch_source_t source, uintptr_t value);
+DISPATCH_EXPORT void dispatch_source_set_timer(
+    dispatch_source_t source, dispatch_time_t start, uint64_t interval, uint64_t leeway);
+
+/* ---- Debugging ----------------------------------------------------------------------- */
+
+DISPATCH_EXPORT void dispatch_debug(dispatch_object_t object, const char *message, ...);
+
+DISPATCH_C_END
+
+#endif /* LOOPDISPATCH_DISPATCH_H */

@@ -1,0 +1,233 @@
+import LoopDispatch
+import MainLoop
+
+// The objects behind the C API's handles, and the calls every object answers (retain,
+// release, context, finalizer, activate/suspend/resume).
+//
+// A handle is an `Unmanaged` pointer to a Swift object: a `Queue`, or a `CGroup` or
+// `CSemaphore` (which carry the context and finalizer that C gives every object). The
+// reference counts of `dispatch_retain`/`dispatch_release` are the objects' own Swift
+// reference counts; a `create` call returns a +1 reference. The main and global queues
+// live as long as the process, and retain and release do nothing to them, as in libdispatch.
+
+/// A C function and the context it is called with: the C caller hands both over to the
+/// runtime (possibly to another thread), as libdispatch's `_f` functions are documented to.
+struct CWork: @unchecked Sendable {
+  // @unchecked Sendable: the pointers are the C caller's, who passed them for exactly this
+  // use; the runtime only passes `context` back to `function`.
+  let function: @convention(c) (UnsafeMutableRawPointer?) -> Void
+  let context: UnsafeMutableRawPointer?
+
+  @inline(__always)
+  func run() { function(context) }
+}
+
+/// A context pointer stored on an object (`dispatch_set_context`), as a Sendable value.
+struct CContext: Sendable {
+  let bits: UInt
+  var pointer: UnsafeMutableRawPointer? { UnsafeMutableRawPointer(bitPattern: bits) }
+}
+
+/// The C context and finalizer of an object that is not a queue.
+class CObjectBase: @unchecked Sendable {
+  // @unchecked Sendable: both fields are behind `lock`.
+  private let lock = LockedValue<(context: UnsafeMutableRawPointer?, finalizer: CFinalizer?)>(
+    (nil, nil))
+
+  var context: UnsafeMutableRawPointer? {
+    get { lock.withLock { $0.context } }
+    set { lock.withLock { $0.context = newValue } }
+  }
+
+  func setFinalizer(_ finalizer: CFinalizer?) { lock.withLock { $0.finalizer = finalizer } }
+
+  deinit {
+    // The last release: the finalizer gets the context, on the releasing thread (libdispatch
+    // runs it on the object's target queue; groups and semaphores have none).
+    let (context, finalizer) = lock.withLock { ($0.context, $0.finalizer) }
+    finalizer?(context)
+  }
+}
+
+public typealias CFinalizer = @convention(c) (UnsafeMutableRawPointer?) -> Void
+
+/// `dispatch_group_t`.
+final class CGroup: CObjectBase, @unchecked Sendable {
+  let group = Group()
+}
+
+/// `dispatch_semaphore_t`.
+final class CSemaphore: CObjectBase, @unchecked Sendable {
+  let semaphore: Semaphore
+  let initialValue: Int
+  init(value: Int) {
+    semaphore = Semaphore(value: value)
+    initialValue = value
+  }
+}
+
+enum CHandle {
+  /// The object behind a handle (+0).
+  @inline(__always)
+  static func object(_ raw: UnsafeMutableRawPointer) -> AnyObject {
+    Unmanaged<AnyObject>.fromOpaque(raw).takeUnretainedValue()
+  }
+
+  /// The queue behind a handle, or a client-bug crash naming the call.
+  @inline(__always)
+  static func queue(_ raw: UnsafeMutableRawPointer?, _ call: StaticString) -> Queue {
+    guard let raw else { clientBug("\(call) called with a NULL queue") }
+    guard let queue = object(raw) as? Queue else {
+      clientBug("\(call) called with an object that is not a queue")
+    }
+    return queue
+  }
+
+  static func group(_ raw: UnsafeMutableRawPointer?, _ call: StaticString) -> CGroup {
+    guard let raw, let group = object(raw) as? CGroup else {
+      clientBug(
+        "\(call) called with \(raw == nil ? "a NULL group" : "an object that is not a group")")
+    }
+    return group
+  }
+
+  static func semaphore(_ raw: UnsafeMutableRawPointer?, _ call: StaticString) -> CSemaphore {
+    guard let raw, let semaphore = object(raw) as? CSemaphore else {
+      clientBug(
+        "\(call) called with \(raw == nil ? "a NULL semaphore" : "an object that is not a semaphore")"
+      )
+    }
+    return semaphore
+  }
+
+  /// A +1 handle for a new object.
+  static func retained(_ object: AnyObject) -> UnsafeMutableRawPointer {
+    Unmanaged.passRetained(object).toOpaque()
+  }
+
+  /// A +0 handle (the main and global queues, `dispatch_get_current_queue`).
+  static func unretained(_ object: AnyObject) -> UnsafeMutableRawPointer {
+    Unmanaged.passUnretained(object).toOpaque()
+  }
+
+  /// Whether the object lives as long as the process (retain and release ignore it).
+  static func isProcessLifetime(_ object: AnyObject) -> Bool {
+    guard let queue = object as? Queue else { return false }
+    return queue === Queue.main || Priority.allCases.contains { Queue.global($0) === queue }
+  }
+}
+
+@_cdecl("dispatch_retain")
+public func cDispatchRetain(_ object: UnsafeMutableRawPointer?) {
+  let object = nonNull(object, "dispatch_retain")
+  if CHandle.isProcessLifetime(CHandle.object(object)) { return }
+  _ = Unmanaged<AnyObject>.fromOpaque(object).retain()
+}
+
+@_cdecl("dispatch_release")
+public func cDispatchRelease(_ object: UnsafeMutableRawPointer?) {
+  let object = nonNull(object, "dispatch_release")
+  if CHandle.isProcessLifetime(CHandle.object(object)) { return }
+  Unmanaged<AnyObject>.fromOpaque(object).release()
+}
+
+@_cdecl("dispatch_get_context")
+public func cDispatchGetContext(_ object: UnsafeMutableRawPointer?) -> UnsafeMutableRawPointer? {
+  let object = nonNull(object, "dispatch_get_context")
+  switch CHandle.object(object) {
+  case let queue as Queue: return (queue.context as? CContext)?.pointer
+  case let other as CObjectBase: return other.context
+  default: clientBug("dispatch_get_context called with an unknown object")
+  }
+}
+
+@_cdecl("dispatch_set_context")
+public func cDispatchSetContext(
+  _ object: UnsafeMutableRawPointer?, _ context: UnsafeMutableRawPointer?
+) {
+  let object = nonNull(object, "dispatch_set_context")
+  switch CHandle.object(object) {
+  case let queue as Queue: queue.context = CContext(bits: UInt(bitPattern: context))
+  case let other as CObjectBase: other.context = context
+  default: clientBug("dispatch_set_context called with an unknown object")
+  }
+}
+
+@_cdecl("dispatch_set_finalizer_f")
+public func cDispatchSetFinalizerF(
+  _ object: UnsafeMutableRawPointer?, _ finalizer: CFinalizer?
+) {
+  let object = nonNull(object, "dispatch_set_finalizer_f")
+  switch CHandle.object(object) {
+  case let queue as Queue:
+    guard let finalizer else {
+      queue.setFinalizer { _ in }
+      return
+    }
+    let call = CWork(function: finalizer, context: nil)
+    queue.setFinalizer { value in call.function((value as? CContext)?.pointer) }
+  case let other as CObjectBase: other.setFinalizer(finalizer)
+  default: clientBug("dispatch_set_finalizer_f called with an unknown object")
+  }
+}
+
+@_cdecl("dispatch_activate")
+public func cDispatchActivate(_ object: UnsafeMutableRawPointer?) {
+  switch CHandle.object(nonNull(object, "dispatch_activate")) {
+  case let queue as Queue: queue.activate()
+  case let source as CSource: source.source.activate()
+  default: wrongKind("dispatch_activate", "a queue or source")
+  }
+}
+
+@_cdecl("dispatch_suspend")
+public func cDispatchSuspend(_ object: UnsafeMutableRawPointer?) {
+  switch CHandle.object(nonNull(object, "dispatch_suspend")) {
+  case let queue as Queue: queue.suspend()
+  case let source as CSource: source.source.suspend()
+  default: wrongKind("dispatch_suspend", "a queue or source")
+  }
+}
+
+@_cdecl("dispatch_resume")
+public func cDispatchResume(_ object: UnsafeMutableRawPointer?) {
+  switch CHandle.object(nonNull(object, "dispatch_resume")) {
+  case let queue as Queue: queue.resume()
+  // Resuming a source never activated activates it, as in libdispatch.
+  case let source as CSource: source.source.resume()
+  default: wrongKind("dispatch_resume", "a queue or source")
+  }
+}
+
+/// A client-bug crash: `call` got a handle that is not `expected` (e.g. "a queue").
+func wrongKind(_ call: StaticString, _ expected: StaticString) -> Never {
+  clientBug("\(call) called with an object that is not \(expected)")
+}
+
+/// `object`, or a client-bug crash naming `call` for NULL.
+func nonNull(_ object: UnsafeMutableRawPointer?, _ call: StaticString) -> UnsafeMutableRawPointer {
+  guard let object else { clientBug("\(call) called with NULL") }
+  return object
+}
+
+@_cdecl("_loopdispatch_describe")
+public func cLoopdispatchDescribe(
+  _ object: UnsafeMutableRawPointer?, _ buffer: UnsafeMutablePointer<CChar>?, _ size: Int
+) {
+  guard let buffer, size > 0 else { return }
+  let text: String
+  if let object {
+    switch CHandle.object(object) {
+    case let queue as Queue: text = "queue \"\(queue.label)\""
+    case is CGroup: text = "group"
+    case let source as CSource: text = "source (\(source.kind), handle \(source.handle))"
+    case let semaphore as CSemaphore: text = "semaphore (initial value \(semaphore.initialValue))"
+    default: text = "object"
+    }
+  } else {
+    text = "NULL"
+  }
+  let bytes = Array(text.utf8.prefix(size - 1))
+  for (index, byte) in bytes.enumerated() { buffer[index] = CChar(bitPattern: byte) }
+  buffer[bytes.count] = 0
+}

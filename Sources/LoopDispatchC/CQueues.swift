@@ -1,0 +1,195 @@
+import Glibc
+import LoopDispatch
+import MainLoop
+
+// Queues through the C API: creation, the main and global queues, labels, targets, and the
+// `_f` submission functions (the block forms are in Sources/CDispatch/blocks.c).
+
+/// Labels as C strings that stay valid for the queue's life: kept on the queue as a specific
+/// value that frees the copy when the queue goes away.
+private final class CLabel: Sendable {
+  // Safe to share: written once in init, freed once in deinit.
+  let bits: UInt
+  init(_ label: String) { bits = UInt(bitPattern: strdup(label)) }
+  var pointer: UnsafePointer<CChar> { UnsafePointer(bitPattern: bits)! }
+  deinit { free(UnsafeMutableRawPointer(bitPattern: bits)) }
+}
+
+private let labelKey = SpecificKey<CLabel>()
+
+/// The C labels of the main and global queues (they live as long as the process).
+private let processLifetimeLabels: [ObjectIdentifier: CLabel] = {
+  var labels = [ObjectIdentifier(Queue.main): CLabel(Queue.main.label)]
+  for priority in Priority.allCases {
+    let queue = Queue.global(priority)
+    labels[ObjectIdentifier(queue)] = CLabel(queue.label)
+  }
+  return labels
+}()
+
+@_cdecl("_loopdispatch_queue_create")
+public func cLoopdispatchQueueCreate(
+  _ label: UnsafePointer<CChar>?, _ concurrent: Int32, _ inactive: Int32, _ qos: Int32
+) -> UnsafeMutableRawPointer {
+  var attributes: Queue.Attributes = []
+  if concurrent != 0 { attributes.insert(.concurrent) }
+  if inactive != 0 { attributes.insert(.initiallyInactive) }
+  let text = label.map { String(cString: $0) } ?? ""
+  let target = qos == 0 ? nil : Queue.global(priority(ofQoS: qos))
+  let queue = Queue(label: text, attributes: attributes, target: target)
+  queue.setSpecific(key: labelKey, value: CLabel(text))
+  return CHandle.retained(queue)
+}
+
+/// libdispatch's QoS classes on LoopDispatch's four priorities.
+private func priority(ofQoS qos: Int32) -> Priority {
+  switch qos {
+  case 0x21, 0x19: return .high  // User-interactive, user-initiated.
+  case 0x11: return .low  // Utility.
+  case 0x09: return .background
+  default: return .default
+  }
+}
+
+@_cdecl("dispatch_get_global_queue")
+public func cDispatchGetGlobalQueue(_ identifier: Int, _ flags: UInt) -> UnsafeMutableRawPointer {
+  let chosen: Priority
+  switch identifier {
+  case 2: chosen = .high  // DISPATCH_QUEUE_PRIORITY_HIGH
+  case -2: chosen = .low  // DISPATCH_QUEUE_PRIORITY_LOW
+  case Int(Int16.min): chosen = .background  // DISPATCH_QUEUE_PRIORITY_BACKGROUND
+  case 0: chosen = .default
+  default: chosen = priority(ofQoS: Int32(truncatingIfNeeded: identifier))  // A QoS class.
+  }
+  return CHandle.unretained(Queue.global(chosen))
+}
+
+@_cdecl("dispatch_get_main_queue")
+public func cDispatchGetMainQueue() -> UnsafeMutableRawPointer {
+  CHandle.unretained(Queue.main)
+}
+
+@_cdecl("dispatch_get_current_queue")
+public func cDispatchGetCurrentQueue() -> UnsafeMutableRawPointer {
+  // As libdispatch: outside any queue's work, the main queue on the main thread, else the
+  // default global queue.
+  if let current = Queue.current { return CHandle.unretained(current) }
+  return CHandle.unretained(EventLoop.main.isInLoopThread ? Queue.main : Queue.global())
+}
+
+@_cdecl("dispatch_queue_get_label")
+public func cDispatchQueueGetLabel(_ raw: UnsafeMutableRawPointer?) -> UnsafePointer<CChar> {
+  let queue: Queue
+  if let raw {
+    queue = CHandle.queue(raw, "dispatch_queue_get_label")
+  } else {
+    // DISPATCH_CURRENT_QUEUE_LABEL.
+    queue = Queue.current ?? (EventLoop.main.isInLoopThread ? Queue.main : Queue.global())
+  }
+  if let fixed = processLifetimeLabels[ObjectIdentifier(queue)] { return fixed.pointer }
+  if let label = queue.getSpecific(key: labelKey) { return label.pointer }
+  // A queue made in Swift: give it its C label now (kept for its life).
+  let label = CLabel(queue.label)
+  queue.setSpecific(key: labelKey, value: label)
+  return label.pointer
+}
+
+@_cdecl("dispatch_set_target_queue")
+public func cDispatchSetTargetQueue(
+  _ object: UnsafeMutableRawPointer?, _ target: UnsafeMutableRawPointer?
+) {
+  if let object, CHandle.object(object) is CSource {
+    clientBug(
+      "dispatch_set_target_queue on a source: LoopDispatch binds a source to the queue it was "
+        + "created with (create it with the queue it should deliver to)")
+  }
+  let queue = CHandle.queue(object, "dispatch_set_target_queue")
+  let newTarget = target.map { CHandle.queue($0, "dispatch_set_target_queue") } ?? Queue.global()
+  queue.setTarget(newTarget)
+}
+
+@_cdecl("dispatch_async_f")
+public func cDispatchAsyncF(
+  _ queue: UnsafeMutableRawPointer?, _ context: UnsafeMutableRawPointer?,
+  _ work: (@convention(c) (UnsafeMutableRawPointer?) -> Void)?
+) {
+  let call = CWork(function: cWork(work, "dispatch_async_f"), context: context)
+  CHandle.queue(queue, "dispatch_async_f").async { call.run() }
+}
+
+@_cdecl("dispatch_barrier_async_f")
+public func cDispatchBarrierAsyncF(
+  _ queue: UnsafeMutableRawPointer?, _ context: UnsafeMutableRawPointer?,
+  _ work: (@convention(c) (UnsafeMutableRawPointer?) -> Void)?
+) {
+  let call = CWork(function: cWork(work, "dispatch_barrier_async_f"), context: context)
+  CHandle.queue(queue, "dispatch_barrier_async_f").async(flags: .barrier) { call.run() }
+}
+
+@_cdecl("dispatch_sync_f")
+public func cDispatchSyncF(
+  _ queue: UnsafeMutableRawPointer?, _ context: UnsafeMutableRawPointer?,
+  _ work: (@convention(c) (UnsafeMutableRawPointer?) -> Void)?
+) {
+  let function = cWork(work, "dispatch_sync_f")
+  CHandle.queue(queue, "dispatch_sync_f").sync { function(context) }
+}
+
+@_cdecl("dispatch_barrier_sync_f")
+public func cDispatchBarrierSyncF(
+  _ queue: UnsafeMutableRawPointer?, _ context: UnsafeMutableRawPointer?,
+  _ work: (@convention(c) (UnsafeMutableRawPointer?) -> Void)?
+) {
+  let function = cWork(work, "dispatch_barrier_sync_f")
+  CHandle.queue(queue, "dispatch_barrier_sync_f").sync(flags: .barrier) { function(context) }
+}
+
+@_cdecl("dispatch_apply_f")
+public func cDispatchApplyF(
+  _ iterations: Int, _ queue: UnsafeMutableRawPointer?, _ context: UnsafeMutableRawPointer?,
+  _ work: (@convention(c) (UnsafeMutableRawPointer?, Int) -> Void)?
+) {
+  guard let work else { clientBug("dispatch_apply_f called with a NULL function") }
+  // DISPATCH_APPLY_AUTO (NULL): the default global queue.
+  let target = queue.map { CHandle.queue($0, "dispatch_apply_f") } ?? Queue.global()
+  let call = CIndexedWork(function: work, context: context)
+  target.apply(iterations: iterations) { index in call.run(index) }
+}
+
+/// `dispatch_apply_f`'s function and context (see `CWork` for why it may cross threads).
+private struct CIndexedWork: @unchecked Sendable {
+  // @unchecked Sendable: the C caller's pointers, passed for exactly this use.
+  let function: @convention(c) (UnsafeMutableRawPointer?, Int) -> Void
+  let context: UnsafeMutableRawPointer?
+  func run(_ index: Int) { function(context, index) }
+}
+
+@_cdecl("dispatch_after_f")
+public func cDispatchAfterF(
+  _ when: UInt64, _ queue: UnsafeMutableRawPointer?, _ context: UnsafeMutableRawPointer?,
+  _ work: (@convention(c) (UnsafeMutableRawPointer?) -> Void)?
+) {
+  let call = CWork(function: cWork(work, "dispatch_after_f"), context: context)
+  let target = CHandle.queue(queue, "dispatch_after_f")
+  guard let deadline = CTime.deadline(when) else { return }  // FOREVER: never.
+  target.after(deadline: deadline) { call.run() }
+}
+
+@_cdecl("dispatch_main")
+public func cDispatchMain() -> Never {
+  Queue.runMain()
+}
+
+@_cdecl("loopdispatch_main_event_base")
+public func cLoopdispatchMainEventBase() -> OpaquePointer {
+  EventLoop.main.rawBase
+}
+
+/// The function of an `_f` call, or a client-bug crash for NULL.
+@inline(__always)
+func cWork(
+  _ work: (@convention(c) (UnsafeMutableRawPointer?) -> Void)?, _ call: StaticString
+) -> @convention(c) (UnsafeMutableRawPointer?) -> Void {
+  guard let work else { clientBug("\(call) called with a NULL function") }
+  return work
+}

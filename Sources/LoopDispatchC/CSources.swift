@@ -1,0 +1,166 @@
+import LoopDispatch
+import MainLoop
+
+// Dispatch sources through the C API: a `CSource` wraps one LoopDispatch source of the kind
+// the C type names, with the handle and mask the program passed.
+
+/// `dispatch_source_t`.
+final class CSource: CObjectBase, @unchecked Sendable {
+  // @unchecked Sendable: immutable; the context (in the base) is behind its lock.
+  let source: Source
+  let kind: Kind
+  let handle: UInt
+  let mask: UInt
+
+  enum Kind: Int32 {
+    case read = 1
+    case write = 2
+    case timer = 3
+    case signal = 4
+    case dataAdd = 5
+    case dataOr = 6
+  }
+
+  init(source: Source, kind: Kind, handle: UInt, mask: UInt) {
+    self.source = source
+    self.kind = kind
+    self.handle = handle
+    self.mask = mask
+  }
+}
+
+extension CHandle {
+  static func source(_ raw: UnsafeMutableRawPointer?, _ call: StaticString) -> CSource {
+    guard let raw, let source = object(raw) as? CSource else {
+      clientBug(
+        "\(call) called with \(raw == nil ? "a NULL source" : "an object that is not a source")")
+    }
+    return source
+  }
+}
+
+@_cdecl("_loopdispatch_source_create")
+public func cLoopdispatchSourceCreate(
+  _ tag: Int32, _ handle: UInt, _ mask: UInt, _ queue: UnsafeMutableRawPointer?
+) -> UnsafeMutableRawPointer? {
+  guard let kind = CSource.Kind(rawValue: tag) else {
+    clientBug("dispatch_source_create called with an unknown or NULL source type")
+  }
+  // As libdispatch: a NULL queue means the default global queue.
+  let target = queue.map { CHandle.queue($0, "dispatch_source_create") } ?? Queue.global()
+  let source: Source
+  do {
+    switch kind {
+    case .read: source = try ReadSource(fd: Int32(truncatingIfNeeded: handle), queue: target)
+    case .write: source = try WriteSource(fd: Int32(truncatingIfNeeded: handle), queue: target)
+    case .timer: source = TimerSource(queue: target)
+    case .signal:
+      source = try SignalSource(signal: Int32(truncatingIfNeeded: handle), queue: target)
+    case .dataAdd: source = DataSource(merge: .add, queue: target)
+    case .dataOr: source = DataSource(merge: .or, queue: target)
+    }
+  } catch {
+    return nil  // libdispatch returns NULL for a source it cannot make.
+  }
+  return CHandle.retained(CSource(source: source, kind: kind, handle: handle, mask: mask))
+}
+
+/// A handler set from C: a block (called with its own copy, released when the handler goes)
+/// or a function (called with the source's context at the time of the call).
+private final class CSourceHandler: @unchecked Sendable {
+  // @unchecked Sendable: immutable; the pointers are the C caller's, given for this use.
+  let invoke: @convention(c) (UnsafeMutableRawPointer?) -> Void
+  let argument: UnsafeMutableRawPointer?
+  let release: (@convention(c) (UnsafeRawPointer?) -> Void)?
+
+  init(
+    invoke: @escaping @convention(c) (UnsafeMutableRawPointer?) -> Void,
+    argument: UnsafeMutableRawPointer?, release: (@convention(c) (UnsafeRawPointer?) -> Void)?
+  ) {
+    self.invoke = invoke
+    self.argument = argument
+    self.release = release
+  }
+
+  func run(contextOf owner: CSource) {
+    invoke(argument ?? owner.context)
+  }
+
+  deinit {
+    if let argument, let release { release(argument) }
+  }
+}
+
+@_cdecl("_loopdispatch_source_set_handler")
+public func cLoopdispatchSourceSetHandler(
+  _ raw: UnsafeMutableRawPointer?, _ which: Int32,
+  _ invoke: (@convention(c) (UnsafeMutableRawPointer?) -> Void)?,
+  _ argument: UnsafeMutableRawPointer?,
+  _ release: (@convention(c) (UnsafeRawPointer?) -> Void)?
+) {
+  let owner = CHandle.source(raw, "dispatch_source_set_handler")
+  var body: (@Sendable () -> Void)?
+  if let invoke {
+    let handler = CSourceHandler(invoke: invoke, argument: argument, release: release)
+    // Strong: the source drops its handlers once cancelled, which breaks the cycle
+    // (owner -> source -> handler -> owner); until then libdispatch keeps a source alive too.
+    body = { handler.run(contextOf: owner) }
+  }
+  switch which {
+  case 0: owner.source.setEventHandler(body)
+  case 1: owner.source.setCancelHandler(body)
+  default: owner.source.setRegistrationHandler(body)
+  }
+}
+
+@_cdecl("dispatch_source_cancel")
+public func cDispatchSourceCancel(_ raw: UnsafeMutableRawPointer?) {
+  CHandle.source(raw, "dispatch_source_cancel").source.cancel()
+}
+
+@_cdecl("dispatch_source_testcancel")
+public func cDispatchSourceTestcancel(_ raw: UnsafeMutableRawPointer?) -> Int {
+  CHandle.source(raw, "dispatch_source_testcancel").source.isCancelled ? 1 : 0
+}
+
+@_cdecl("dispatch_source_get_data")
+public func cDispatchSourceGetData(_ raw: UnsafeMutableRawPointer?) -> UInt {
+  CHandle.source(raw, "dispatch_source_get_data").source.data
+}
+
+@_cdecl("dispatch_source_get_handle")
+public func cDispatchSourceGetHandle(_ raw: UnsafeMutableRawPointer?) -> UInt {
+  CHandle.source(raw, "dispatch_source_get_handle").handle
+}
+
+@_cdecl("dispatch_source_get_mask")
+public func cDispatchSourceGetMask(_ raw: UnsafeMutableRawPointer?) -> UInt {
+  CHandle.source(raw, "dispatch_source_get_mask").mask
+}
+
+@_cdecl("dispatch_source_merge_data")
+public func cDispatchSourceMergeData(_ raw: UnsafeMutableRawPointer?, _ value: UInt) {
+  let owner = CHandle.source(raw, "dispatch_source_merge_data")
+  guard let data = owner.source as? DataSource else {
+    clientBug("dispatch_source_merge_data on a source that is not DATA_ADD or DATA_OR")
+  }
+  data.post(value)
+}
+
+@_cdecl("dispatch_source_set_timer")
+public func cDispatchSourceSetTimer(
+  _ raw: UnsafeMutableRawPointer?, _ start: UInt64, _ interval: UInt64, _ leeway: UInt64
+) {
+  let owner = CHandle.source(raw, "dispatch_source_set_timer")
+  guard let timer = owner.source as? TimerSource else {
+    clientBug("dispatch_source_set_timer on a source that is not a timer source")
+  }
+  let deadline = CTime.deadline(start) ?? .distantFuture  // FOREVER: never fires.
+  // DISPATCH_TIME_FOREVER (or 0) as the interval: fires once.
+  let repeating: Duration? =
+    interval == CTime.forever || interval == 0
+    ? nil : .nanoseconds(Int64(min(interval, UInt64(Int64.max))))
+  timer.schedule(
+    deadline: deadline, repeating: repeating,
+    leeway: .nanoseconds(Int64(min(leeway, UInt64(Int64.max)))))
+}

@@ -1,0 +1,554 @@
+// The C API's test suite: every function of <dispatch/dispatch.h>, in block and `_f` form,
+// reference counting and finalizers, sources and their cancel handlers, timers, and
+// dispatch_main with work posted before and after it starts. Built with clang -fblocks
+// against the header (pkg-config), run by scripts/test-c-api.sh, also under ASan/LSan.
+//
+// `capi_tests` runs the suite and ends inside dispatch_main (exit 0 from a main-queue block).
+// `capi_tests misuse <case>` performs one client bug; the script checks that it crashes with
+// a "BUG IN CLIENT OF LOOPDISPATCH:" line.
+#include <dispatch/dispatch.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+// dispatch_get_current_queue is deprecated (as in libdispatch) but part of the API under test.
+#pragma clang diagnostic ignored "-Wdeprecated-declarations"
+
+static int checks;
+static int failures;
+
+#define CHECK(condition, ...)                                    \
+  do {                                                           \
+    checks++;                                                    \
+    if (!(condition)) {                                          \
+      failures++;                                                \
+      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #condition); \
+      fprintf(stderr, __VA_ARGS__);                              \
+      fprintf(stderr, "\n");                                     \
+    }                                                            \
+  } while (0)
+
+static dispatch_time_t in_seconds(double seconds) {
+  return dispatch_time(DISPATCH_TIME_NOW, (int64_t)(seconds * NSEC_PER_SEC));
+}
+
+// ---- queues ----------------------------------------------------------------------------------
+
+static void count_up(void *context) { atomic_fetch_add((atomic_int *)context, 1); }
+
+static void test_serial_queue_order_and_sync(void) {
+  dispatch_queue_t queue = dispatch_queue_create("c.serial", DISPATCH_QUEUE_SERIAL);
+  CHECK(strcmp(dispatch_queue_get_label(queue), "c.serial") == 0, "label");
+  int *order = calloc(100, sizeof *order);
+  __block int count = 0;
+  for (int i = 0; i < 100; i++) dispatch_async(queue, ^{ order[count++] = i; });
+  atomic_int f_count = 0;
+  for (int i = 0; i < 100; i++) dispatch_async_f(queue, &f_count, count_up);
+  __block int inside = -1;
+  dispatch_sync(queue, ^{
+    inside = count;
+    CHECK(strcmp(dispatch_queue_get_label(DISPATCH_CURRENT_QUEUE_LABEL), "c.serial") == 0,
+          "current label inside sync");
+    CHECK(dispatch_get_current_queue() == queue, "dispatch_get_current_queue inside sync");
+  });
+  CHECK(inside == 100, "sync ran after the 100 async blocks (saw %d)", inside);
+  CHECK(atomic_load(&f_count) == 100, "async_f ran 100 times (%d)", atomic_load(&f_count));
+  int ordered = 1;
+  for (int i = 0; i < 100; i++) ordered &= order[i] == i;
+  CHECK(ordered, "serial order");
+  free(order);
+  atomic_int sync_f = 0;
+  dispatch_sync_f(queue, &sync_f, count_up);
+  CHECK(atomic_load(&sync_f) == 1, "sync_f");
+  dispatch_release(queue);
+}
+
+struct barrier_state {
+  atomic_int readers;
+  atomic_int max_readers;
+  atomic_int overlaps;
+  atomic_int writes;
+};
+
+static void barrier_write(void *context) {
+  struct barrier_state *state = context;
+  if (atomic_load(&state->readers) != 0) atomic_fetch_add(&state->overlaps, 1);
+  atomic_fetch_add(&state->writes, 1);
+}
+
+static void test_concurrent_queue_and_barriers(void) {
+  dispatch_queue_t queue = dispatch_queue_create("c.concurrent", DISPATCH_QUEUE_CONCURRENT);
+  struct barrier_state *state = calloc(1, sizeof *state);
+  dispatch_semaphore_t both_in = dispatch_semaphore_create(0);
+  dispatch_semaphore_t release_readers = dispatch_semaphore_create(0);
+  for (int i = 0; i < 2; i++) {
+    dispatch_async(queue, ^{
+      int now = atomic_fetch_add(&state->readers, 1) + 1;
+      int seen = atomic_load(&state->max_readers);
+      while (now > seen && !atomic_compare_exchange_weak(&state->max_readers, &seen, now)) {}
+      dispatch_semaphore_signal(both_in);
+      dispatch_semaphore_wait(release_readers, DISPATCH_TIME_FOREVER);
+      atomic_fetch_sub(&state->readers, 1);
+    });
+  }
+  CHECK(dispatch_semaphore_wait(both_in, in_seconds(30)) == 0, "reader 1 in");
+  CHECK(dispatch_semaphore_wait(both_in, in_seconds(30)) == 0, "reader 2 in (concurrent)");
+  dispatch_barrier_async(queue, ^{ barrier_write(state); });
+  dispatch_barrier_async_f(queue, state, barrier_write);
+  dispatch_semaphore_signal(release_readers);
+  dispatch_semaphore_signal(release_readers);
+  dispatch_barrier_sync(queue, ^{ barrier_write(state); });
+  dispatch_barrier_sync_f(queue, state, barrier_write);
+  CHECK(atomic_load(&state->max_readers) == 2, "two readers at once");
+  CHECK(atomic_load(&state->writes) == 4, "four barrier writes (%d)", atomic_load(&state->writes));
+  CHECK(atomic_load(&state->overlaps) == 0, "no barrier overlapped a reader");
+  dispatch_release(both_in);
+  dispatch_release(release_readers);
+  dispatch_release(queue);
+  free(state);
+}
+
+static void test_global_queues(void) {
+  intptr_t priorities[] = {DISPATCH_QUEUE_PRIORITY_HIGH, DISPATCH_QUEUE_PRIORITY_DEFAULT,
+                           DISPATCH_QUEUE_PRIORITY_LOW, DISPATCH_QUEUE_PRIORITY_BACKGROUND,
+                           QOS_CLASS_USER_INITIATED, QOS_CLASS_UTILITY};
+  for (size_t i = 0; i < sizeof priorities / sizeof priorities[0]; i++) {
+    dispatch_queue_t global = dispatch_get_global_queue(priorities[i], 0);
+    CHECK(global != NULL, "global queue %zu", i);
+    CHECK(global == dispatch_get_global_queue(priorities[i], 0), "same global queue twice");
+    dispatch_retain(global);  // No effect on a global queue, as in libdispatch.
+    dispatch_release(global);
+    __block int ran = 0;
+    dispatch_sync(global, ^{ ran = 1; });
+    CHECK(ran, "sync onto global queue %zu", i);
+  }
+  CHECK(dispatch_get_global_queue(DISPATCH_QUEUE_PRIORITY_HIGH, 0) !=
+            dispatch_get_global_queue(DISPATCH_QUEUE_PRIORITY_LOW, 0),
+        "distinct priorities");
+}
+
+static void test_targets_suspend_inactive(void) {
+  dispatch_queue_t parent = dispatch_queue_create("c.parent", DISPATCH_QUEUE_SERIAL);
+  dispatch_queue_t child = dispatch_queue_create("c.child", DISPATCH_QUEUE_SERIAL_INACTIVE);
+  dispatch_set_target_queue(child, parent);
+  __block atomic_int ran = 0;
+  dispatch_async(child, ^{ atomic_fetch_add(&ran, 1); });
+  dispatch_sync(parent, ^{});
+  CHECK(atomic_load(&ran) == 0, "an inactive queue runs nothing");
+  dispatch_activate(child);
+  dispatch_sync(child, ^{});
+  CHECK(atomic_load(&ran) == 1, "activated queue ran its block");
+  dispatch_suspend(child);
+  dispatch_async(child, ^{ atomic_fetch_add(&ran, 1); });
+  dispatch_sync(parent, ^{});
+  CHECK(atomic_load(&ran) == 1, "a suspended queue runs nothing");
+  dispatch_resume(child);
+  dispatch_sync(child, ^{});
+  CHECK(atomic_load(&ran) == 2, "resumed queue ran its block");
+  dispatch_queue_attr_t qos =
+      dispatch_queue_attr_make_with_qos_class(DISPATCH_QUEUE_CONCURRENT, QOS_CLASS_UTILITY, 0);
+  dispatch_queue_t utility = dispatch_queue_create("c.utility", qos);
+  __block int utility_ran = 0;
+  dispatch_sync(utility, ^{ utility_ran = 1; });
+  CHECK(utility_ran, "QoS attribute queue runs work");
+  dispatch_release(utility);
+  dispatch_release(child);
+  dispatch_release(parent);
+}
+
+// ---- context, finalizer, specifics -------------------------------------------------------
+
+static atomic_int finalized;
+static dispatch_semaphore_t finalizer_ran;
+
+static void finalize_context(void *context) {
+  atomic_fetch_add(&finalized, *(int *)context);
+  free(context);
+  dispatch_semaphore_signal(finalizer_ran);
+}
+
+static void test_context_and_finalizer(void) {
+  finalizer_ran = dispatch_semaphore_create(0);
+  dispatch_queue_t queue = dispatch_queue_create("c.context", DISPATCH_QUEUE_SERIAL);
+  int *context = malloc(sizeof *context);
+  *context = 7;
+  dispatch_set_context(queue, context);
+  dispatch_set_finalizer_f(queue, finalize_context);
+  CHECK(dispatch_get_context(queue) == context, "queue context");
+  __block atomic_int after_release = 0;
+  dispatch_async(queue, ^{ atomic_fetch_add(&after_release, 1); });
+  dispatch_release(queue);  // The block still runs, then the finalizer.
+  CHECK(dispatch_semaphore_wait(finalizer_ran, in_seconds(30)) == 0, "queue finalizer ran");
+  CHECK(atomic_load(&after_release) == 1, "work submitted before the last release ran first");
+  CHECK(atomic_load(&finalized) == 7, "finalizer got the context");
+
+  dispatch_group_t group = dispatch_group_create();
+  int *group_context = malloc(sizeof *group_context);
+  *group_context = 3;
+  dispatch_set_context(group, group_context);
+  dispatch_set_finalizer_f(group, finalize_context);
+  CHECK(dispatch_get_context(group) == group_context, "group context");
+  dispatch_retain(group);
+  dispatch_release(group);
+  CHECK(atomic_load(&finalized) == 7, "still referenced: no finalizer yet");
+  dispatch_release(group);
+  CHECK(dispatch_semaphore_wait(finalizer_ran, in_seconds(30)) == 0, "group finalizer ran");
+  CHECK(atomic_load(&finalized) == 10, "group finalizer got its context");
+  dispatch_release(finalizer_ran);
+}
+
+static int key_a, key_b;
+static atomic_int destroyed;
+static void destroy_specific(void *context) { atomic_fetch_add(&destroyed, (int)(intptr_t)context); }
+
+static void test_specifics(void) {
+  dispatch_queue_t parent = dispatch_queue_create("c.spec.parent", DISPATCH_QUEUE_SERIAL);
+  dispatch_queue_t child = dispatch_queue_create("c.spec.child", DISPATCH_QUEUE_SERIAL);
+  dispatch_set_target_queue(child, parent);
+  dispatch_queue_set_specific(parent, &key_a, (void *)(intptr_t)5, destroy_specific);
+  dispatch_queue_set_specific(child, &key_b, (void *)(intptr_t)6, destroy_specific);
+  CHECK(dispatch_queue_get_specific(parent, &key_a) == (void *)(intptr_t)5, "get_specific");
+  CHECK(dispatch_queue_get_specific(parent, &key_b) == NULL, "absent key");
+  dispatch_sync(child, ^{
+    CHECK(dispatch_get_specific(&key_b) == (void *)(intptr_t)6, "own specific");
+    CHECK(dispatch_get_specific(&key_a) == (void *)(intptr_t)5, "inherited from the target");
+  });
+  CHECK(dispatch_get_specific(&key_a) == NULL, "no specific outside a queue");
+  dispatch_queue_set_specific(parent, &key_a, (void *)(intptr_t)50, destroy_specific);
+  CHECK(atomic_load(&destroyed) == 5, "replaced value's destructor ran (%d)", atomic_load(&destroyed));
+  dispatch_release(child);
+  dispatch_release(parent);
+}
+
+// ---- groups, semaphores, once, apply, after, time --------------------------------------------
+
+static void add_one_to(void *context) { atomic_fetch_add((atomic_int *)context, 1); }
+
+static void test_groups(void) {
+  dispatch_group_t group = dispatch_group_create();
+  dispatch_queue_t queue = dispatch_get_global_queue(DISPATCH_QUEUE_PRIORITY_DEFAULT, 0);
+  __block atomic_int done = 0;
+  static atomic_int done_f;
+  for (int i = 0; i < 50; i++) {
+    dispatch_group_async(group, queue, ^{ atomic_fetch_add(&done, 1); });
+    dispatch_group_async_f(group, queue, &done_f, add_one_to);
+  }
+  CHECK(dispatch_group_wait(group, DISPATCH_TIME_FOREVER) == 0, "group wait");
+  CHECK(atomic_load(&done) == 50 && atomic_load(&done_f) == 50, "all group work ran");
+
+  dispatch_group_enter(group);
+  CHECK(dispatch_group_wait(group, in_seconds(0.01)) != 0, "wait times out while entered");
+  dispatch_semaphore_t notified = dispatch_semaphore_create(0);
+  dispatch_group_notify(group, queue, ^{ dispatch_semaphore_signal(notified); });
+  static atomic_int notified_f;
+  dispatch_group_notify_f(group, queue, &notified_f, add_one_to);
+  CHECK(dispatch_semaphore_wait(notified, in_seconds(0.01)) != 0, "no notify before leave");
+  dispatch_group_leave(group);
+  CHECK(dispatch_semaphore_wait(notified, in_seconds(30)) == 0, "notify after leave");
+  CHECK(dispatch_group_wait(group, DISPATCH_TIME_FOREVER) == 0, "empty again");
+  dispatch_release(notified);
+  dispatch_release(group);
+}
+
+static void test_semaphores(void) {
+  CHECK(dispatch_semaphore_create(-1) == NULL, "negative semaphore value is refused");
+  dispatch_semaphore_t semaphore = dispatch_semaphore_create(2);
+  CHECK(dispatch_semaphore_wait(semaphore, DISPATCH_TIME_NOW) == 0, "first unit");
+  CHECK(dispatch_semaphore_wait(semaphore, DISPATCH_TIME_NOW) == 0, "second unit");
+  CHECK(dispatch_semaphore_wait(semaphore, DISPATCH_TIME_NOW) != 0, "none left");
+  dispatch_time_t start = dispatch_time(DISPATCH_TIME_NOW, 0);
+  CHECK(dispatch_semaphore_wait(semaphore, in_seconds(0.02)) != 0, "timed wait times out");
+  CHECK(dispatch_time(DISPATCH_TIME_NOW, 0) - start >= 20 * NSEC_PER_MSEC, "not early");
+  dispatch_async(dispatch_get_global_queue(0, 0), ^{ dispatch_semaphore_signal(semaphore); });
+  CHECK(dispatch_semaphore_wait(semaphore, in_seconds(30)) == 0, "signalled from a queue");
+  dispatch_semaphore_signal(semaphore);
+  dispatch_semaphore_signal(semaphore);
+  dispatch_release(semaphore);  // Balanced again (value 2): released without complaint.
+}
+
+static void once_f_body(void *context) { atomic_fetch_add((atomic_int *)context, 1); }
+
+static void test_once(void) {
+  static dispatch_once_t predicate;
+  static dispatch_once_t predicate_f;
+  __block atomic_int runs = 0;
+  static atomic_int runs_f;
+  dispatch_apply(64, DISPATCH_APPLY_AUTO, ^(size_t index) {
+    (void)index;
+    dispatch_once(&predicate, ^{ atomic_fetch_add(&runs, 1); });
+    dispatch_once_f(&predicate_f, &runs_f, once_f_body);
+  });
+  CHECK(atomic_load(&runs) == 1 && atomic_load(&runs_f) == 1, "once ran once (%d, %d)",
+        atomic_load(&runs), atomic_load(&runs_f));
+}
+
+static void apply_f_body(void *context, size_t index) {
+  atomic_fetch_add((atomic_long *)context, (long)index);
+}
+
+static void test_apply(void) {
+  __block atomic_long sum = 0;
+  dispatch_apply(1000, dispatch_get_global_queue(0, 0), ^(size_t i) { atomic_fetch_add(&sum, (long)i); });
+  CHECK(atomic_load(&sum) == 499500, "apply sum %ld", atomic_load(&sum));
+  static atomic_long sum_f;
+  dispatch_queue_t serial = dispatch_queue_create("c.apply", DISPATCH_QUEUE_SERIAL);
+  dispatch_apply_f(100, serial, &sum_f, apply_f_body);
+  CHECK(atomic_load(&sum_f) == 4950, "apply_f on a serial queue");
+  dispatch_release(serial);
+}
+
+static void signal_semaphore(void *context) { dispatch_semaphore_signal(context); }
+
+static void test_after_and_time(void) {
+  dispatch_queue_t queue = dispatch_queue_create("c.after", DISPATCH_QUEUE_SERIAL);
+  dispatch_semaphore_t fired = dispatch_semaphore_create(0);
+  dispatch_time_t start = dispatch_time(DISPATCH_TIME_NOW, 0);
+  __block dispatch_time_t ran_at = 0;
+  dispatch_after(dispatch_time(DISPATCH_TIME_NOW, 20 * NSEC_PER_MSEC), queue, ^{
+    ran_at = dispatch_time(DISPATCH_TIME_NOW, 0);
+    dispatch_semaphore_signal(fired);
+  });
+  CHECK(dispatch_semaphore_wait(fired, in_seconds(30)) == 0, "after fired");
+  CHECK(ran_at - start >= 20 * NSEC_PER_MSEC, "after not early (%llu ns)",
+        (unsigned long long)(ran_at - start));
+  dispatch_after_f(dispatch_walltime(NULL, 10 * NSEC_PER_MSEC), queue, fired, signal_semaphore);
+  CHECK(dispatch_semaphore_wait(fired, in_seconds(30)) == 0, "after_f on a wall time fired");
+  dispatch_after_f(DISPATCH_TIME_NOW, queue, fired, signal_semaphore);
+  CHECK(dispatch_semaphore_wait(fired, in_seconds(30)) == 0, "after NOW runs at once");
+  CHECK(dispatch_time(DISPATCH_TIME_FOREVER, 5) == DISPATCH_TIME_FOREVER, "forever stays");
+  CHECK(dispatch_time(DISPATCH_TIME_NOW, NSEC_PER_SEC) > dispatch_time(DISPATCH_TIME_NOW, 0),
+        "time moves forward");
+  struct timespec epoch = {0, 0};
+  CHECK(dispatch_walltime(&epoch, 0) != dispatch_walltime(NULL, 0), "walltime from a timespec");
+  dispatch_release(fired);
+  dispatch_release(queue);
+}
+
+// ---- sources ---------------------------------------------------------------------------------
+
+static void test_read_source_and_cancel_handler(void) {
+  int pair[2];
+  CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0, "socketpair");
+  int reader = pair[0], writer = pair[1];
+  dispatch_queue_t queue = dispatch_queue_create("c.read", DISPATCH_QUEUE_SERIAL);
+  dispatch_source_t source =
+      dispatch_source_create(DISPATCH_SOURCE_TYPE_READ, (uintptr_t)reader, 0, queue);
+  CHECK(source != NULL, "read source");
+  CHECK(dispatch_source_get_handle(source) == (uintptr_t)reader, "handle");
+  CHECK(dispatch_source_get_mask(source) == 0, "mask");
+  dispatch_semaphore_t got = dispatch_semaphore_create(0);
+  dispatch_semaphore_t cancelled = dispatch_semaphore_create(0);
+  dispatch_semaphore_t registered = dispatch_semaphore_create(0);
+  __block size_t available = 0;
+  dispatch_source_set_registration_handler(source, ^{ dispatch_semaphore_signal(registered); });
+  dispatch_source_set_event_handler(source, ^{
+    available = dispatch_source_get_data(source);
+    char buffer[16];
+    ssize_t n = read(reader, buffer, sizeof buffer);
+    (void)n;
+    dispatch_semaphore_signal(got);
+  });
+  dispatch_source_set_cancel_handler(source, ^{
+    close(reader);
+    dispatch_semaphore_signal(cancelled);
+  });
+  dispatch_resume(source);  // A new source is inactive; resume activates it.
+  CHECK(dispatch_semaphore_wait(registered, in_seconds(30)) == 0, "registration handler");
+  CHECK(write(writer, "abc", 3) == 3, "write");
+  CHECK(dispatch_semaphore_wait(got, in_seconds(30)) == 0, "read handler ran");
+  CHECK(available == 3, "data is the bytes readable (%zu)", available);
+  CHECK(dispatch_source_testcancel(source) == 0, "not cancelled yet");
+  dispatch_source_cancel(source);
+  CHECK(dispatch_source_testcancel(source) != 0, "cancelled");
+  CHECK(dispatch_semaphore_wait(cancelled, in_seconds(30)) == 0, "cancel handler ran");
+  close(writer);
+  dispatch_release(source);
+  dispatch_release(got);
+  dispatch_release(cancelled);
+  dispatch_release(registered);
+  dispatch_release(queue);
+  CHECK(dispatch_source_create(DISPATCH_SOURCE_TYPE_READ, (uintptr_t)-5, 0, NULL) == NULL,
+        "a bad descriptor gives NULL");
+}
+
+static void timer_fired(void *context) {
+  dispatch_source_t source = context;
+  atomic_int *count = (atomic_int *)((char *)dispatch_get_context(source));
+  (void)count;
+}
+
+struct timer_state {
+  dispatch_source_t source;
+  atomic_int fires;
+  dispatch_semaphore_t done;
+};
+
+static void timer_handler_f(void *context) {
+  struct timer_state *state = context;
+  if (atomic_fetch_add(&state->fires, 1) + 1 == 3) dispatch_semaphore_signal(state->done);
+}
+
+static void timer_cancelled_f(void *context) {
+  struct timer_state *state = context;
+  dispatch_semaphore_signal(state->done);
+}
+
+static void test_timer_source(void) {
+  (void)timer_fired;
+  struct timer_state *state = calloc(1, sizeof *state);
+  state->done = dispatch_semaphore_create(0);
+  dispatch_queue_t queue = dispatch_queue_create("c.timer", DISPATCH_QUEUE_SERIAL);
+  state->source = dispatch_source_create(DISPATCH_SOURCE_TYPE_TIMER, 0, 0, queue);
+  dispatch_set_context(state->source, state);
+  dispatch_source_set_event_handler_f(state->source, timer_handler_f);
+  dispatch_source_set_cancel_handler_f(state->source, timer_cancelled_f);
+  dispatch_source_set_timer(state->source, dispatch_time(DISPATCH_TIME_NOW, 0),
+                            5 * NSEC_PER_MSEC, NSEC_PER_MSEC);
+  dispatch_activate(state->source);
+  CHECK(dispatch_semaphore_wait(state->done, in_seconds(30)) == 0, "three timer fires");
+  dispatch_source_cancel(state->source);
+  CHECK(dispatch_semaphore_wait(state->done, in_seconds(30)) == 0, "timer cancel handler");
+  dispatch_release(state->source);
+  dispatch_release(state->done);
+  dispatch_release(queue);
+  free(state);
+}
+
+static void test_data_sources(void) {
+  dispatch_queue_t queue = dispatch_queue_create("c.data", DISPATCH_QUEUE_SERIAL);
+  dispatch_source_t add = dispatch_source_create(DISPATCH_SOURCE_TYPE_DATA_ADD, 0, 0, queue);
+  dispatch_source_t or = dispatch_source_create(DISPATCH_SOURCE_TYPE_DATA_OR, 0, 0, queue);
+  __block uintptr_t added = 0, ored = 0;
+  dispatch_semaphore_t seen = dispatch_semaphore_create(0);
+  dispatch_source_set_event_handler(add, ^{
+    added += dispatch_source_get_data(add);
+    if (added == 10) dispatch_semaphore_signal(seen);
+  });
+  dispatch_source_set_event_handler(or, ^{
+    ored |= dispatch_source_get_data(or);
+    if (ored == 7) dispatch_semaphore_signal(seen);
+  });
+  dispatch_suspend(queue);  // Merge everything before a handler can run.
+  dispatch_activate(add);
+  dispatch_activate(or);
+  for (int i = 1; i <= 4; i++) dispatch_source_merge_data(add, (uintptr_t)i);
+  dispatch_source_merge_data(or, 1);
+  dispatch_source_merge_data(or, 2);
+  dispatch_source_merge_data(or, 4);
+  dispatch_resume(queue);
+  CHECK(dispatch_semaphore_wait(seen, in_seconds(30)) == 0, "data added");
+  CHECK(dispatch_semaphore_wait(seen, in_seconds(30)) == 0, "data or-ed");
+  CHECK(added == 10 && ored == 7, "merged data (%lu, %lu)", (unsigned long)added,
+        (unsigned long)ored);
+  dispatch_source_cancel(add);
+  dispatch_source_cancel(or);
+  dispatch_release(add);
+  dispatch_release(or);
+  dispatch_release(seen);
+  dispatch_release(queue);
+}
+
+static void test_signal_source(void) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGUSR1);
+  pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+  dispatch_queue_t queue = dispatch_queue_create("c.signal", DISPATCH_QUEUE_SERIAL);
+  dispatch_source_t source = dispatch_source_create(DISPATCH_SOURCE_TYPE_SIGNAL, SIGUSR1, 0, queue);
+  CHECK(source != NULL, "signal source");
+  dispatch_semaphore_t got = dispatch_semaphore_create(0);
+  dispatch_source_set_event_handler(source, ^{ dispatch_semaphore_signal(got); });
+  dispatch_activate(source);
+  kill(getpid(), SIGUSR1);
+  CHECK(dispatch_semaphore_wait(got, in_seconds(30)) == 0, "signal delivered");
+  dispatch_source_cancel(source);
+  dispatch_release(source);
+  dispatch_release(got);
+  dispatch_release(queue);
+}
+
+// ---- misuse ----------------------------------------------------------------------------------
+
+static int misuse(const char *name) {
+  if (strcmp(name, "over-resume") == 0) {
+    dispatch_queue_t queue = dispatch_queue_create("c.balanced", DISPATCH_QUEUE_SERIAL);
+    dispatch_resume(queue);
+  } else if (strcmp(name, "sync-on-current") == 0) {
+    dispatch_queue_t queue = dispatch_queue_create("c.mine", DISPATCH_QUEUE_SERIAL);
+    dispatch_sync(queue, ^{ dispatch_sync(queue, ^{}); });
+  } else if (strcmp(name, "group-over-leave") == 0) {
+    dispatch_group_leave(dispatch_group_create());
+  } else if (strcmp(name, "not-a-queue") == 0) {
+    dispatch_group_t group = dispatch_group_create();
+    dispatch_async((dispatch_queue_t)(void *)group, ^{});
+  } else if (strcmp(name, "release-suspended") == 0) {
+    dispatch_queue_t queue = dispatch_queue_create("c.suspended", DISPATCH_QUEUE_SERIAL);
+    dispatch_suspend(queue);
+    dispatch_async(queue, ^{});
+    dispatch_release(queue);
+    sleep(5);  // Not synchronisation: a crash is expected before this returns.
+  } else {
+    fprintf(stderr, "unknown misuse case %s\n", name);
+    return 2;
+  }
+  fprintf(stderr, "misuse %s did not crash\n", name);
+  return 1;
+}
+
+// ---- dispatch_main ---------------------------------------------------------------------------
+
+static atomic_int main_order;
+
+static void on_main_before(void *context) {
+  (void)context;
+  CHECK(atomic_fetch_add(&main_order, 1) == 0, "posted before dispatch_main: runs first");
+  CHECK(dispatch_get_current_queue() == dispatch_get_main_queue(), "on the main queue");
+  CHECK(strcmp(dispatch_queue_get_label(DISPATCH_CURRENT_QUEUE_LABEL),
+               dispatch_queue_get_label(dispatch_get_main_queue())) == 0,
+        "main queue label");
+  CHECK(loopdispatch_main_event_base() != NULL, "the main loop's event_base");
+  // Posted after dispatch_main started, from another thread.
+  dispatch_async(dispatch_get_global_queue(0, 0), ^{
+    dispatch_after(dispatch_time(DISPATCH_TIME_NOW, 5 * NSEC_PER_MSEC), dispatch_get_main_queue(), ^{
+      CHECK(atomic_fetch_add(&main_order, 1) == 1, "posted after dispatch_main: runs second");
+      CHECK(pthread_self() == *(pthread_t *)dispatch_get_context(dispatch_get_main_queue()),
+            "main-queue work runs on the process main thread");
+      printf("capi_tests: %d checks, %d failures\n", checks, failures);
+      fflush(stdout);
+      exit(failures == 0 ? 0 : 1);
+    });
+  });
+}
+
+int main(int argc, char **argv) {
+  if (argc == 3 && strcmp(argv[1], "misuse") == 0) return misuse(argv[2]);
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  test_serial_queue_order_and_sync();
+  test_concurrent_queue_and_barriers();
+  test_global_queues();
+  test_targets_suspend_inactive();
+  test_context_and_finalizer();
+  test_specifics();
+  test_groups();
+  test_semaphores();
+  test_once();
+  test_apply();
+  test_after_and_time();
+  test_read_source_and_cancel_handler();
+  test_timer_source();
+  test_data_sources();
+  test_signal_source();
+  static pthread_t main_thread;
+  main_thread = pthread_self();
+  dispatch_set_context(dispatch_get_main_queue(), &main_thread);
+  dispatch_async_f(dispatch_get_main_queue(), NULL, on_main_before);
+  dispatch_main();
+}

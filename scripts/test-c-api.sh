@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The C API's tests: builds libloopdispatch (scripts/c-api.sh, with the arguments given),
+# compiles Tests/CAPI/capi_tests.c with clang -fblocks against the header through
+# pkg-config, runs the suite (which ends in dispatch_main), then each misuse case, which must
+# crash with a "BUG IN CLIENT OF LOOPDISPATCH:" line naming the bug.
+#
+# Usage: scripts/test-c-api.sh [debug|release] [swift build arguments...]
+# CFLAGS adds compiler flags (the ASan run: CFLAGS=-fsanitize=address with
+# `debug --scratch-path .build/asan --sanitize=address`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+pcdir="$(scripts/c-api.sh "$@" | tail -n 1)"
+export PKG_CONFIG_PATH="$pcdir"
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+# shellcheck disable=SC2086 # CFLAGS and pkg-config output are word lists.
+clang -fblocks -Wall -Werror -g ${CFLAGS:-} $(pkg-config --cflags loopdispatch) \
+  Tests/CAPI/capi_tests.c $(pkg-config --libs loopdispatch) -o "$out/capi_tests"
+
+timeout 120 "$out/capi_tests" | tee "$out/suite.txt"
+grep -q "checks, 0 failures" "$out/suite.txt"
+echo "ok c-api suite"
+
+expect_bug() {
+  local name="$1" message="$2" status
+  # In a subshell whose stderr is dropped: the shell's own "Aborted" report is noise here.
+  status=$( (timeout 60 "$out/capi_tests" misuse "$name" > "$out/$name.txt" 2>&1; echo $?) \
+    2>/dev/null)
+  if [ "$status" -eq 0 ] || ! grep -qF "BUG IN CLIENT OF LOOPDISPATCH: $message" "$out/$name.txt"; then
+    echo "FAIL c-api misuse $name (exit $status): expected \"$message\"; got:" >&2
+    cat "$out/$name.txt" >&2
+    exit 1
+  fi
+  echo "ok c-api misuse $name"
+}
+expect_bug over-resume 'resume() on queue "c.balanced" that is not suspended (over-resume)'
+expect_bug sync-on-current 'sync onto queue "c.mine" already owned by this thread'
+expect_bug group-over-leave 'Group.leave() called more times than enter()'
+expect_bug not-a-queue 'dispatch_async_f called with an object that is not a queue'
+expect_bug release-suspended 'queue "c.suspended" was released while suspended or inactive'
