@@ -30,11 +30,21 @@ static void run_apply_block(void *context, size_t index) {
   ((void (^)(size_t))context)(index);
 }
 
+static int is_barrier_block(dispatch_block_t block);
+
 void dispatch_async(dispatch_queue_t queue, dispatch_block_t block) {
+  if (is_barrier_block(block)) {
+    dispatch_barrier_async_f(queue, _Block_copy(block), run_copied_block);
+    return;
+  }
   dispatch_async_f(queue, _Block_copy(block), run_copied_block);
 }
 
 void dispatch_sync(dispatch_queue_t queue, dispatch_block_t block) {
+  if (is_barrier_block(block)) {
+    dispatch_barrier_sync_f(queue, (void *)block, run_borrowed_block);
+    return;
+  }
   dispatch_sync_f(queue, (void *)block, run_borrowed_block);
 }
 
@@ -65,6 +75,101 @@ void dispatch_group_notify(
 
 void dispatch_once(dispatch_once_t *predicate, dispatch_block_t block) {
   dispatch_once_f(predicate, (void *)block, run_borrowed_block);
+}
+
+// ---- Dispatch block objects ----------------------------------------------------------------
+
+// A block made by dispatch_block_create captures one value, the id of its record in Swift
+// (`_loopdispatch_block_*`): ids are never reused, so a stale block never finds another's
+// record. A block is recognised as one of ours by its invoke function, the same for every
+// block of the literal below, and its id read from the capture (the blocks ABI puts the
+// first captured value right after the descriptor pointer).
+struct block_literal {
+  void *isa;
+  int flags;
+  int reserved;
+  void (*invoke)(void *);
+  void *descriptor;
+  uint64_t id;
+};
+
+extern uint64_t _loopdispatch_block_register(
+    dispatch_block_flags_t flags, void *block, dispatch_function_t invoke,
+    void (*release)(const void *));
+extern void _loopdispatch_block_run(uint64_t id);
+extern intptr_t _loopdispatch_block_wait(uint64_t id, dispatch_time_t timeout);
+extern void _loopdispatch_block_notify(
+    uint64_t id, dispatch_queue_t queue, void *block, dispatch_function_t invoke);
+extern void _loopdispatch_block_cancel(uint64_t id);
+extern intptr_t _loopdispatch_block_testcancel(uint64_t id);
+extern dispatch_block_flags_t _loopdispatch_block_flags(uint64_t id);
+extern void _loopdispatch_client_bug(const char *message) __attribute__((__noreturn__));
+
+// The invoke function of our blocks (learned from the first one made; atomic).
+static void (*our_invoke)(void *);
+
+dispatch_block_t dispatch_block_create(dispatch_block_flags_t flags, dispatch_block_t block) {
+  uint64_t id = _loopdispatch_block_register(
+      flags, _Block_copy(block), run_borrowed_block, _Block_release);
+  dispatch_block_t made = _Block_copy(^{ _loopdispatch_block_run(id); });
+  __atomic_store_n(&our_invoke, ((struct block_literal *)(void *)made)->invoke, __ATOMIC_RELEASE);
+  return made;
+}
+
+dispatch_block_t dispatch_block_create_with_qos_class(
+    dispatch_block_flags_t flags, dispatch_qos_class_t qos_class, int relative_priority,
+    dispatch_block_t block) {
+  (void)qos_class;  // QoS is not modelled; the block behaves as dispatch_block_create's.
+  (void)relative_priority;
+  return dispatch_block_create(flags, block);
+}
+
+// The record id of one of our blocks, or 0.
+static uint64_t block_id(dispatch_block_t block) {
+  if (block == NULL) return 0;
+  const struct block_literal *literal = (const void *)block;
+  void (*invoke)(void *) = __atomic_load_n(&our_invoke, __ATOMIC_ACQUIRE);
+  return invoke != NULL && literal->invoke == invoke ? literal->id : 0;
+}
+
+static uint64_t required_block_id(dispatch_block_t block, const char *message) {
+  uint64_t id = block_id(block);
+  if (id == 0) _loopdispatch_client_bug(message);
+  return id;
+}
+
+static int is_barrier_block(dispatch_block_t block) {
+  uint64_t id = block_id(block);
+  return id != 0 && (_loopdispatch_block_flags(id) & DISPATCH_BLOCK_BARRIER) != 0;
+}
+
+void dispatch_block_perform(dispatch_block_flags_t flags, dispatch_block_t block) {
+  dispatch_block_t made = dispatch_block_create(flags, block);
+  made();
+  _Block_release(made);
+}
+
+intptr_t dispatch_block_wait(dispatch_block_t block, dispatch_time_t timeout) {
+  return _loopdispatch_block_wait(
+      required_block_id(block, "dispatch_block_wait on a block not made by dispatch_block_create"),
+      timeout);
+}
+
+void dispatch_block_notify(
+    dispatch_block_t block, dispatch_queue_t queue, dispatch_block_t notification_block) {
+  uint64_t id = required_block_id(
+      block, "dispatch_block_notify on a block not made by dispatch_block_create");
+  _loopdispatch_block_notify(id, queue, _Block_copy(notification_block), run_copied_block);
+}
+
+void dispatch_block_cancel(dispatch_block_t block) {
+  _loopdispatch_block_cancel(required_block_id(
+      block, "dispatch_block_cancel on a block not made by dispatch_block_create"));
+}
+
+intptr_t dispatch_block_testcancel(dispatch_block_t block) {
+  return _loopdispatch_block_testcancel(required_block_id(
+      block, "dispatch_block_testcancel on a block not made by dispatch_block_create"));
 }
 
 // ---- Queue attributes ----------------------------------------------------------------------

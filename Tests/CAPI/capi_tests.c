@@ -19,6 +19,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+extern void _Block_release(const void *block);  // BlocksRuntime (Block.h's Block_release).
+
 // dispatch_get_current_queue is deprecated (as in libdispatch) but part of the API under test.
 #pragma clang diagnostic ignored "-Wdeprecated-declarations"
 
@@ -332,6 +334,67 @@ static void test_after_and_time(void) {
   dispatch_release(queue);
 }
 
+// ---- dispatch block objects ----------------------------------------------------------------
+
+static void test_block_objects(void) {
+  dispatch_queue_t queue = dispatch_queue_create("c.blocks", DISPATCH_QUEUE_CONCURRENT);
+  __block atomic_int ran = 0;
+  dispatch_block_t block = dispatch_block_create(0, ^{ atomic_fetch_add(&ran, 1); });
+  CHECK(dispatch_block_testcancel(block) == 0, "new block not cancelled");
+  dispatch_semaphore_t notified = dispatch_semaphore_create(0);
+  dispatch_block_notify(block, queue, ^{ dispatch_semaphore_signal(notified); });
+  dispatch_async(queue, block);
+  CHECK(dispatch_block_wait(block, in_seconds(30)) == 0, "wait for the block");
+  CHECK(atomic_load(&ran) == 1, "block ran");
+  CHECK(dispatch_semaphore_wait(notified, in_seconds(30)) == 0, "notify after the run");
+  dispatch_block_notify(block, queue, ^{ dispatch_semaphore_signal(notified); });
+  CHECK(dispatch_semaphore_wait(notified, in_seconds(30)) == 0, "notify after completion");
+  CHECK(dispatch_block_wait(block, DISPATCH_TIME_NOW) == 0, "wait after completion");
+  _Block_release(block);
+
+  __block atomic_int cancelled_ran = 0;
+  dispatch_block_t cancelled = dispatch_block_create(0, ^{ atomic_fetch_add(&cancelled_ran, 1); });
+  dispatch_block_cancel(cancelled);
+  CHECK(dispatch_block_testcancel(cancelled) != 0, "cancelled");
+  CHECK(dispatch_block_wait(cancelled, in_seconds(30)) == 0, "a cancelled block counts as done");
+  dispatch_sync(queue, cancelled);
+  CHECK(atomic_load(&cancelled_ran) == 0, "a cancelled block does not run");
+  _Block_release(cancelled);
+
+  dispatch_block_t pending = dispatch_block_create(0, ^{});
+  CHECK(dispatch_block_wait(pending, in_seconds(0.01)) != 0, "wait times out before the run");
+  dispatch_block_perform(0, ^{ atomic_fetch_add(&ran, 1); });
+  CHECK(atomic_load(&ran) == 2, "dispatch_block_perform runs at once");
+  pending();
+  CHECK(dispatch_block_wait(pending, DISPATCH_TIME_NOW) == 0, "called directly, it completes");
+  _Block_release(pending);
+
+  // A barrier block on a concurrent queue waits for the readers and runs alone.
+  __block atomic_int readers = 0;
+  __block atomic_int barrier_saw = -1;
+  dispatch_semaphore_t release_reader = dispatch_semaphore_create(0);
+  dispatch_semaphore_t reader_in = dispatch_semaphore_create(0);
+  dispatch_async(queue, ^{
+    atomic_fetch_add(&readers, 1);
+    dispatch_semaphore_signal(reader_in);
+    dispatch_semaphore_wait(release_reader, DISPATCH_TIME_FOREVER);
+    atomic_fetch_sub(&readers, 1);
+  });
+  CHECK(dispatch_semaphore_wait(reader_in, in_seconds(30)) == 0, "reader in");
+  dispatch_block_t barrier =
+      dispatch_block_create(DISPATCH_BLOCK_BARRIER, ^{ atomic_store(&barrier_saw, atomic_load(&readers)); });
+  dispatch_async(queue, barrier);
+  dispatch_semaphore_signal(release_reader);
+  CHECK(dispatch_block_wait(barrier, in_seconds(30)) == 0, "barrier block ran");
+  CHECK(atomic_load(&barrier_saw) == 0, "the barrier block ran alone (saw %d readers)",
+        atomic_load(&barrier_saw));
+  _Block_release(barrier);
+  dispatch_release(reader_in);
+  dispatch_release(release_reader);
+  dispatch_release(notified);
+  dispatch_release(queue);
+}
+
 // ---- sources ---------------------------------------------------------------------------------
 
 static void test_read_source_and_cancel_handler(void) {
@@ -489,6 +552,8 @@ static int misuse(const char *name) {
   } else if (strcmp(name, "not-a-queue") == 0) {
     dispatch_group_t group = dispatch_group_create();
     dispatch_async((dispatch_queue_t)(void *)group, ^{});
+  } else if (strcmp(name, "wait-plain-block") == 0) {
+    dispatch_block_wait(^{}, DISPATCH_TIME_NOW);
   } else if (strcmp(name, "release-suspended") == 0) {
     dispatch_queue_t queue = dispatch_queue_create("c.suspended", DISPATCH_QUEUE_SERIAL);
     dispatch_suspend(queue);
@@ -542,6 +607,7 @@ int main(int argc, char **argv) {
   test_once();
   test_apply();
   test_after_and_time();
+  test_block_objects();
   test_read_source_and_cancel_handler();
   test_timer_source();
   test_data_sources();

@@ -215,6 +215,34 @@ DISPATCH_EXPORT void dispatch_once(dispatch_once_t *predicate, DISPATCH_NOESCAPE
 DISPATCH_EXPORT void dispatch_once_f(
     dispatch_once_t *predicate, void *context, dispatch_function_t function);
 
+/* ---- Dispatch block objects ------------------------------------------------------- */
+
+typedef unsigned long dispatch_block_flags_t;
+#define DISPATCH_BLOCK_BARRIER 0x1ul
+#define DISPATCH_BLOCK_DETACHED 0x2ul
+#define DISPATCH_BLOCK_ASSIGN_CURRENT 0x4ul
+#define DISPATCH_BLOCK_NO_QOS_CLASS 0x8ul
+#define DISPATCH_BLOCK_INHERIT_QOS_CLASS 0x10ul
+#define DISPATCH_BLOCK_ENFORCE_QOS_CLASS 0x20ul
+
+/* A new block (release it with Block_release) that can be cancelled, waited on and observed.
+ * Submitted with dispatch_async and friends, a DISPATCH_BLOCK_BARRIER block runs as a
+ * barrier. QoS flags are accepted and not modelled. */
+DISPATCH_EXPORT dispatch_block_t dispatch_block_create(
+    dispatch_block_flags_t flags, dispatch_block_t block);
+DISPATCH_EXPORT dispatch_block_t dispatch_block_create_with_qos_class(
+    dispatch_block_flags_t flags, dispatch_qos_class_t qos_class, int relative_priority,
+    dispatch_block_t block);
+DISPATCH_EXPORT void dispatch_block_perform(
+    dispatch_block_flags_t flags, DISPATCH_NOESCAPE dispatch_block_t block);
+/* Returns 0 once the block has run (or was cancelled before it started), non-zero when
+ * `timeout` passed first. */
+DISPATCH_EXPORT intptr_t dispatch_block_wait(dispatch_block_t block, dispatch_time_t timeout);
+DISPATCH_EXPORT void dispatch_block_notify(
+    dispatch_block_t block, dispatch_queue_t queue, dispatch_block_t notification_block);
+DISPATCH_EXPORT void dispatch_block_cancel(dispatch_block_t block);
+DISPATCH_EXPORT intptr_t dispatch_block_testcancel(dispatch_block_t block);
+
 /* ---- Sources ------------------------------------------------------------------------ */
 
 typedef const struct dispatch_source_type_s *dispatch_source_type_t;
