@@ -37,5 +37,6 @@ expect_bug over-resume 'resume() on queue "c.balanced" that is not suspended (ov
 expect_bug sync-on-current 'sync onto queue "c.mine" already owned by this thread'
 expect_bug group-over-leave 'Group.leave() called more times than enter()'
 expect_bug not-a-queue 'dispatch_async_f called with an object that is not a queue'
+expect_bug assert-queue 'dispatch_assert_queue: not running on queue "c.elsewhere"'
 expect_bug wait-plain-block 'dispatch_block_wait on a block not made by dispatch_block_create'
 expect_bug release-suspended 'queue "c.suspended" was released while suspended or inactive'

@@ -48,6 +48,23 @@ void dispatch_sync(dispatch_queue_t queue, dispatch_block_t block) {
   dispatch_sync_f(queue, (void *)block, run_borrowed_block);
 }
 
+void dispatch_async_and_wait(dispatch_queue_t queue, dispatch_block_t block) {
+  dispatch_sync(queue, block);
+}
+
+void dispatch_async_and_wait_f(dispatch_queue_t queue, void *context, dispatch_function_t work) {
+  dispatch_sync_f(queue, context, work);
+}
+
+void dispatch_barrier_async_and_wait(dispatch_queue_t queue, dispatch_block_t block) {
+  dispatch_barrier_sync_f(queue, (void *)block, run_borrowed_block);
+}
+
+void dispatch_barrier_async_and_wait_f(
+    dispatch_queue_t queue, void *context, dispatch_function_t work) {
+  dispatch_barrier_sync_f(queue, context, work);
+}
+
 void dispatch_barrier_async(dispatch_queue_t queue, dispatch_block_t block) {
   dispatch_barrier_async_f(queue, _Block_copy(block), run_copied_block);
 }
@@ -226,6 +243,18 @@ extern dispatch_queue_t _loopdispatch_queue_create(
 dispatch_queue_t dispatch_queue_create(const char *label, dispatch_queue_attr_t attr) {
   return _loopdispatch_queue_create(
       label, attr ? attr->concurrent : 0, attr ? attr->inactive : 0, attr ? attr->qos : 0);
+}
+
+dispatch_queue_t dispatch_queue_create_with_target(
+    const char *label, dispatch_queue_attr_t attr, dispatch_queue_t target) {
+  // Created inactive so that the target is set before any work can run, then activated
+  // unless the caller asked for an inactive queue.
+  int inactive = attr ? attr->inactive : 0;
+  dispatch_queue_t queue =
+      _loopdispatch_queue_create(label, attr ? attr->concurrent : 0, 1, attr ? attr->qos : 0);
+  if (target != NULL) dispatch_set_target_queue(queue, target);
+  if (!inactive) dispatch_activate(queue);
+  return queue;
 }
 
 // ---- dispatch_once -------------------------------------------------------------------------

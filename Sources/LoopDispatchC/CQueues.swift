@@ -114,7 +114,7 @@ public func cDispatchAsyncF(
   _ work: (@convention(c) (UnsafeMutableRawPointer?) -> Void)?
 ) {
   let call = CWork(function: cWork(work, "dispatch_async_f"), context: context)
-  CHandle.queue(queue, "dispatch_async_f").async { call.run() }
+  CHandle.withQueue(queue, "dispatch_async_f") { $0.async { call.run() } }
 }
 
 @_cdecl("dispatch_barrier_async_f")
@@ -132,7 +132,7 @@ public func cDispatchSyncF(
   _ work: (@convention(c) (UnsafeMutableRawPointer?) -> Void)?
 ) {
   let function = cWork(work, "dispatch_sync_f")
-  CHandle.queue(queue, "dispatch_sync_f").sync { function(context) }
+  CHandle.withQueue(queue, "dispatch_sync_f") { $0.sync { function(context) } }
 }
 
 @_cdecl("dispatch_barrier_sync_f")
@@ -192,4 +192,30 @@ func cWork(
 ) -> @convention(c) (UnsafeMutableRawPointer?) -> Void {
   guard let work else { clientBug("\(call) called with a NULL function") }
   return work
+}
+
+@_cdecl("dispatch_assert_queue")
+public func cDispatchAssertQueue(_ raw: UnsafeMutableRawPointer?) {
+  let queue = CHandle.queue(raw, "dispatch_assert_queue")
+  if !queue.isCurrent {
+    clientBug("dispatch_assert_queue: not running on queue \"\(queue.label)\"")
+  }
+}
+
+@_cdecl("dispatch_assert_queue_barrier")
+public func cDispatchAssertQueueBarrier(_ raw: UnsafeMutableRawPointer?) {
+  let queue = CHandle.queue(raw, "dispatch_assert_queue_barrier")
+  // On a serial queue every item runs alone; on a concurrent one only a barrier does, and
+  // LoopDispatch marks the thread's hold on the queue as exclusive for it.
+  if !queue.isCurrent || !queue.isHeldExclusivelyByCurrentThread {
+    clientBug("dispatch_assert_queue_barrier: not running alone on queue \"\(queue.label)\"")
+  }
+}
+
+@_cdecl("dispatch_assert_queue_not")
+public func cDispatchAssertQueueNot(_ raw: UnsafeMutableRawPointer?) {
+  let queue = CHandle.queue(raw, "dispatch_assert_queue_not")
+  if queue.isCurrent {
+    clientBug("dispatch_assert_queue_not: running on queue \"\(queue.label)\"")
+  }
 }

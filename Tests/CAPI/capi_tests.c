@@ -118,6 +118,29 @@ static void test_concurrent_queue_and_barriers(void) {
   free(state);
 }
 
+static void test_assertions_and_variants(void) {
+  dispatch_queue_t target = dispatch_queue_create("c.variant.target", DISPATCH_QUEUE_SERIAL);
+  dispatch_queue_t queue =
+      dispatch_queue_create_with_target("c.variant", DISPATCH_QUEUE_CONCURRENT, target);
+  __block int ran = 0;
+  dispatch_async_and_wait(queue, ^{
+    dispatch_assert_queue(queue);
+    ran++;
+  });
+  static atomic_int ran_f;
+  dispatch_async_and_wait_f(queue, &ran_f, count_up);
+  dispatch_barrier_async_and_wait(queue, ^{
+    dispatch_assert_queue_barrier(queue);
+    ran++;
+  });
+  dispatch_barrier_async_and_wait_f(queue, &ran_f, count_up);
+  dispatch_assert_queue_not(queue);
+  CHECK(ran == 2 && atomic_load(&ran_f) == 2, "async_and_wait forms ran (%d, %d)", ran,
+        atomic_load(&ran_f));
+  dispatch_release(queue);
+  dispatch_release(target);
+}
+
 static void test_global_queues(void) {
   intptr_t priorities[] = {DISPATCH_QUEUE_PRIORITY_HIGH, DISPATCH_QUEUE_PRIORITY_DEFAULT,
                            DISPATCH_QUEUE_PRIORITY_LOW, DISPATCH_QUEUE_PRIORITY_BACKGROUND,
@@ -552,6 +575,8 @@ static int misuse(const char *name) {
   } else if (strcmp(name, "not-a-queue") == 0) {
     dispatch_group_t group = dispatch_group_create();
     dispatch_async((dispatch_queue_t)(void *)group, ^{});
+  } else if (strcmp(name, "assert-queue") == 0) {
+    dispatch_assert_queue(dispatch_queue_create("c.elsewhere", DISPATCH_QUEUE_SERIAL));
   } else if (strcmp(name, "wait-plain-block") == 0) {
     dispatch_block_wait(^{}, DISPATCH_TIME_NOW);
   } else if (strcmp(name, "release-suspended") == 0) {
@@ -599,6 +624,7 @@ int main(int argc, char **argv) {
   test_serial_queue_order_and_sync();
   test_concurrent_queue_and_barriers();
   test_global_queues();
+  test_assertions_and_variants();
   test_targets_suspend_inactive();
   test_context_and_finalizer();
   test_specifics();

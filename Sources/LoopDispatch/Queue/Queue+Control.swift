@@ -44,4 +44,11 @@ extension Queue {
   public var isCurrent: Bool {
     ThreadFrame.holds(self, exclusiveOnly: false)
   }
+
+  /// Whether the calling thread runs this queue's work alone: an item of a serial queue, or
+  /// a barrier (or barrier `sync`) of a concurrent one. For the C API's
+  /// `dispatch_assert_queue_barrier`.
+  package var isHeldExclusivelyByCurrentThread: Bool {
+    ThreadFrame.holds(self, exclusiveOnly: true)
+  }
 }

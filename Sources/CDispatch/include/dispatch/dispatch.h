@@ -155,6 +155,26 @@ DISPATCH_EXPORT void dispatch_barrier_sync(
 DISPATCH_EXPORT void dispatch_barrier_sync_f(
     dispatch_queue_t queue, void *context, dispatch_function_t work);
 
+/* Like dispatch_sync (libdispatch's "run on the queue, wait for it"). */
+DISPATCH_EXPORT void dispatch_async_and_wait(
+    dispatch_queue_t queue, DISPATCH_NOESCAPE dispatch_block_t block);
+DISPATCH_EXPORT void dispatch_async_and_wait_f(
+    dispatch_queue_t queue, void *context, dispatch_function_t work);
+DISPATCH_EXPORT void dispatch_barrier_async_and_wait(
+    dispatch_queue_t queue, DISPATCH_NOESCAPE dispatch_block_t block);
+DISPATCH_EXPORT void dispatch_barrier_async_and_wait_f(
+    dispatch_queue_t queue, void *context, dispatch_function_t work);
+
+DISPATCH_EXPORT dispatch_queue_t dispatch_queue_create_with_target(
+    const char *label, dispatch_queue_attr_t attr, dispatch_queue_t target);
+
+/* Crash with a "BUG IN CLIENT OF LOOPDISPATCH:" line unless the caller runs on `queue`
+ * (dispatch_assert_queue), runs there as a barrier (dispatch_assert_queue_barrier), or does
+ * not run on it (dispatch_assert_queue_not). */
+DISPATCH_EXPORT void dispatch_assert_queue(dispatch_queue_t queue);
+DISPATCH_EXPORT void dispatch_assert_queue_barrier(dispatch_queue_t queue);
+DISPATCH_EXPORT void dispatch_assert_queue_not(dispatch_queue_t queue);
+
 #define DISPATCH_APPLY_AUTO ((dispatch_queue_t)0)
 DISPATCH_EXPORT void dispatch_apply(
     size_t iterations, dispatch_queue_t queue, DISPATCH_NOESCAPE void (^block)(size_t));

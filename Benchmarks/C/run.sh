@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# The GCD C API benchmarks (bench.c) against LoopDispatch's C API and against Apple's
+# libdispatch from the toolchain, as one Markdown table.
+#
+# 1. Builds libloopdispatch.so (scripts/c-api.sh release) and bench.c twice: against our
+#    header and library (pkg-config loopdispatch), and against libdispatch's header and
+#    library (-I/opt/swift/usr/lib/swift, -ldispatch).
+# 2. Runs the two binaries alternately RUNS times (default 5), each row in its own process,
+#    row by row ours then libdispatch (the side that goes first alternates between runs).
+# 3. Optionally (SWIFT_ROW=1, the default) runs the Swift API's `Queue.sync` figure from the
+#    Benchmarks package (row queue/sync, LoopDispatch side only, --repeat RUNS), so that the
+#    C entry overhead of dispatch_sync_f can be stated against it.
+# 4. Prints per row: the median wall ns/op of each side, the ratio ours/libdispatch, the
+#    median CPU ns/op of each side (getrusage RUSAGE_SELF user+sys over the timed section),
+#    and the range (min–max) of the wall figures across the runs.
+#
+# Environment: RUNS (default 5), CC (default /opt/swift/usr/bin/clang), SWIFT (default swift),
+# SWIFT_ROW (1: also measure Swift's Queue.sync; 0: skip), CFLAGS_EXTRA.
+# Usage: Benchmarks/C/run.sh [row ...]   (rows as bench.c names them; none: all)
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+runs="${RUNS:-5}"
+cc="${CC:-/opt/swift/usr/bin/clang}"
+swift="${SWIFT:-swift}"
+swift_row="${SWIFT_ROW:-1}"
+toolchain_swift_dir="${TOOLCHAIN_SWIFT_DIR:-/opt/swift/usr/lib/swift}"
+out="$here/.build"
+mkdir -p "$out"
+
+cflags=(-O2 -Wall -Wextra -Werror ${CFLAGS_EXTRA:-})
+
+# ---- 1. Build -------------------------------------------------------------------------------
+pcdir="$(SWIFT="$swift" "$root/scripts/c-api.sh" release 2>"$out/c-api.log" | tail -n 1)" || {
+  cat "$out/c-api.log" >&2
+  echo "run.sh: scripts/c-api.sh failed" >&2
+  exit 1
+}
+read -r -a ours_flags <<<"$(PKG_CONFIG_PATH="$pcdir" pkg-config --cflags --libs loopdispatch)"
+"$cc" "${cflags[@]}" -o "$out/bench-loopdispatch" "$here/bench.c" "${ours_flags[@]}" -lpthread
+"$cc" "${cflags[@]}" -fblocks -I"$toolchain_swift_dir" -o "$out/bench-libdispatch" "$here/bench.c" \
+  -L"$toolchain_swift_dir/linux" -ldispatch -lBlocksRuntime \
+  -Wl,-rpath,"$toolchain_swift_dir/linux" -lpthread
+
+# ---- 2. Run, alternating ------------------------------------------------------------------------
+# Every row runs in a fresh process (no worker threads left over from an earlier row), the
+# two sides alternating row by row; which side goes first alternates between runs.
+results="$out/results.tsv"  # side, run, row, wall ns/op, CPU ns/op, description
+: >"$results"
+if (($# > 0)); then rows=("$@"); else mapfile -t rows < <("$out/bench-loopdispatch" --list); fi
+# A row the other build lacks (the fd row needs the source API in the header) runs on one side.
+mapfile -t rival_rows < <("$out/bench-libdispatch" --list)
+run_side() {  # side run row
+  local side="$1" run="$2" row="$3"
+  if [[ "$side" == libdispatch ]] && ! printf '%s\n' "${rival_rows[@]}" | grep -qx "$row"; then
+    return
+  fi
+  "$out/bench-$side" "$row" | awk -F'\t' -v side="$side" -v run="$run" \
+    'BEGIN { OFS = "\t" } { print side, run, $1, $2, $3, $4 }' >>"$results"
+}
+for ((i = 1; i <= runs; i++)); do
+  echo "run $i/$runs" >&2
+  for row in "${rows[@]}"; do
+    if ((i % 2)); then
+      run_side loopdispatch "$i" "$row"
+      run_side libdispatch "$i" "$row"
+    else
+      run_side libdispatch "$i" "$row"
+      run_side loopdispatch "$i" "$row"
+    fi
+  done
+done
+
+# ---- 3. The Swift API's Queue.sync ------------------------------------------------------------
+swift_sync=""
+if [[ "$swift_row" == 1 ]]; then
+  echo "Swift Queue.sync (Benchmarks row queue/sync, --side ours --repeat $runs)" >&2
+  (cd "$root/Benchmarks" && "$swift" build -c release --product Benchmarks >"$out/benchmarks-build.log" 2>&1)
+  # The filter "uncontended" selects exactly the queue/sync row; its LoopDispatch column is
+  # the median of the runs.
+  swift_sync="$(cd "$root/Benchmarks" && .build/release/Benchmarks uncontended --side ours \
+    --repeat "$runs" 2>/dev/null | awk -F'|' '$2 ~ /uncontended sync/ { gsub(/ /, "", $4); print $4 }')"
+fi
+
+# ---- 4. Table ------------------------------------------------------------------------------------
+awk -F'\t' -v runs="$runs" -v swift_sync="$swift_sync" '
+  function sort(a, n,   i, j, t) {
+    for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
+  }
+  function median(a, n) { sort(a, n); return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+  function stat(side, row, column, what,   a, n, i) {
+    n = count[side, row]
+    for (i = 1; i <= n; i++) a[i] = value[side, row, column, i]
+    if (n == 0) return ""
+    if (what == "median") return median(a, n)
+    sort(a, n)
+    return what == "min" ? a[1] : a[n]
+  }
+  function fmt(x) {
+    if (x == "") return "n/a"
+    return x >= 100 ? sprintf("%.0f", x) : sprintf("%.1f", x)
+  }
+  {
+    side = $1; row = $3
+    n = ++count[side, row]
+    value[side, row, "wall", n] = $4
+    value[side, row, "cpu", n] = $5
+    if (!(row in seen)) { seen[row] = 1; order[++rows] = row; name[row] = $6 }
+  }
+  END {
+    print "| Row | LoopDispatch ns/op | libdispatch ns/op | Ratio ours/libdispatch | CPU ns/op (ours) | CPU ns/op (libdispatch) | Range ours (min–max) | Range libdispatch (min–max) |"
+    print "|---|---:|---:|---:|---:|---:|---:|---:|"
+    for (r = 1; r <= rows; r++) {
+      row = order[r]
+      ours = stat("loopdispatch", row, "wall", "median")
+      theirs = stat("libdispatch", row, "wall", "median")
+      ratio = (ours != "" && theirs != "" && theirs > 0) ? sprintf("%.2fx", ours / theirs) : "n/a"
+      med[row, "ours"] = ours; med[row, "theirs"] = theirs
+      printf "| `%s`: %s | %s | %s | %s | %s | %s | %s–%s | %s–%s |\n", row, name[row],
+        fmt(ours), fmt(theirs), ratio,
+        fmt(stat("loopdispatch", row, "cpu", "median")), fmt(stat("libdispatch", row, "cpu", "median")),
+        fmt(stat("loopdispatch", row, "wall", "min")), fmt(stat("loopdispatch", row, "wall", "max")),
+        fmt(stat("libdispatch", row, "wall", "min")), fmt(stat("libdispatch", row, "wall", "max"))
+    }
+    print ""
+    printf "Medians of %d runs per side; every row in a fresh process, the two binaries alternating row by row (the side that goes first alternates between runs). ", runs
+    print "Each row runs once untimed at a tenth of its size, then once timed. CPU ns/op = getrusage(RUSAGE_SELF) user + system of the whole process over the timed section, per op. Ratio below 1: LoopDispatch is faster."
+    if ((("sync_f", "ours") in med) && (("sync_block", "ours") in med)) {
+      print ""
+      print "C entry overhead (medians, ns/call):"
+      printf "- block form over `_f` form (`sync_block` − `sync_f`): LoopDispatch %+.1f, libdispatch %+.1f\n",
+        med["sync_block", "ours"] - med["sync_f", "ours"], med["sync_block", "theirs"] - med["sync_f", "theirs"]
+      if (("call", "ours") in med)
+        printf "- `dispatch_sync_f` over a plain indirect call (`sync_f` − `call`): LoopDispatch %.1f, libdispatch %.1f\n",
+          med["sync_f", "ours"] - med["call", "ours"], med["sync_f", "theirs"] - med["call", "theirs"]
+      if (swift_sync != "")
+        printf "- LoopDispatch C `dispatch_sync_f` over the Swift API `Queue.sync` (Benchmarks row queue/sync, median %s ns): %+.1f ns/call (requirement: about 20 or less)\n",
+          swift_sync, med["sync_f", "ours"] - swift_sync
+    }
+  }
+' "$results"
