@@ -17,6 +17,12 @@ trap 'rm -rf "$out"' EXIT
 clang -fblocks -Wall -Werror -g ${CFLAGS:-} $(pkg-config --cflags loopdispatch) \
   Tests/CAPI/capi_tests.c $(pkg-config --libs loopdispatch) -o "$out/capi_tests"
 
+# shellcheck disable=SC2086
+clang++ -fblocks -Wall -Werror ${CFLAGS:-} $(pkg-config --cflags loopdispatch) \
+  Tests/CAPI/cxx_smoke.cpp $(pkg-config --libs loopdispatch) -o "$out/cxx_smoke"
+timeout 60 "$out/cxx_smoke"
+echo "ok c-api from C++"
+
 timeout 120 "$out/capi_tests" | tee "$out/suite.txt"
 grep -q "checks, 0 failures" "$out/suite.txt"
 echo "ok c-api suite"
