@@ -33,4 +33,17 @@ Version: 1.0
 Cflags: -I\${includedir} -fblocks
 Libs: -L\${libdir} -Wl,-rpath,\${libdir} -lloopdispatch -L\${swiftlibdir} -Wl,-rpath,\${swiftlibdir} -lBlocksRuntime
 PC
+# The static form: the archive, then what it needs from the Swift runtime (swiftrt.o
+# registers the archive's metadata sections) and from the system.
+cat > "$pcdir/loopdispatch-static.pc" <<PC
+includedir=$includedir
+libdir=$libdir
+swiftlibdir=$swiftlibdir
+
+Name: loopdispatch-static
+Description: Grand Central Dispatch's C API on LoopDispatch, linked statically
+Version: 1.0
+Cflags: -I\${includedir} -fblocks
+Libs: \${libdir}/libloopdispatch-static.a \${swiftlibdir}/$(uname -m)/swiftrt.o -L\${swiftlibdir} -Wl,-rpath,\${swiftlibdir} -lswiftCore -lswift_Concurrency -lswiftSynchronization -lswiftGlibc -lswift_StringProcessing -lswift_RegexParser -lswiftSwiftOnoneSupport -levent_core -levent_pthreads -lBlocksRuntime -lstdc++ -lm
+PC
 echo "$pcdir"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the GCD C API under a prefix: the header tree, libloopdispatch.so and
-# libloopdispatch-static.a (release builds) and a pkg-config file that points at them.
+# libloopdispatch-static.a (release builds) and pkg-config files (loopdispatch,
+# loopdispatch-static) that point at them.
 # Usage: scripts/install-c-api.sh PREFIX
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,4 +25,6 @@ Version: 1.0
 Cflags: -I\${includedir} -fblocks
 Libs: -L\${libdir} -Wl,-rpath,\${libdir} -lloopdispatch -L\${swiftlibdir} -Wl,-rpath,\${swiftlibdir} -lBlocksRuntime
 PC
+sed -e "s|^includedir=.*|includedir=$prefix/include|" -e "s|^libdir=.*|libdir=$prefix/lib|" \
+  "$pcdir/loopdispatch-static.pc" > "$prefix/lib/pkgconfig/loopdispatch-static.pc"
 echo "installed the C API under $prefix (pkg-config: $prefix/lib/pkgconfig)"

@@ -22,6 +22,13 @@ clang++ -fblocks -Wall -Werror ${CFLAGS:-} $(pkg-config --cflags loopdispatch) \
   Tests/CAPI/cxx_smoke.cpp $(pkg-config --libs loopdispatch) -o "$out/cxx_smoke"
 timeout 60 "$out/cxx_smoke"
 echo "ok c-api from C++"
+if [ -z "${CFLAGS:-}" ]; then  # The static form (not under a sanitizer's runtime).
+  # shellcheck disable=SC2046
+  clang++ -fblocks -Wall -Werror $(pkg-config --cflags loopdispatch-static) \
+    Tests/CAPI/cxx_smoke.cpp $(pkg-config --libs loopdispatch-static) -o "$out/cxx_static"
+  timeout 60 "$out/cxx_static"
+  echo "ok c-api linked statically"
+fi
 
 timeout 120 "$out/capi_tests" | tee "$out/suite.txt"
 grep -q "checks, 0 failures" "$out/suite.txt"
