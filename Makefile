@@ -41,13 +41,17 @@ test-release: deps
 	$(SWIFT) test -c release --skip-build -Xswiftc -enable-testing
 
 ## test-c: the GCD C API: the C test suite (Tests/CAPI) and the C seed programs
-## (Examples/C), built with clang -fblocks against <dispatch/dispatch.h>; then the suite again
-## with the library and the program under AddressSanitizer and LeakSanitizer.
+## (Examples/C), built with clang -fblocks against <dispatch/dispatch.h>; then both again
+## with the library and the programs under AddressSanitizer and LeakSanitizer.
 test-c: deps
 	scripts/test-c-api.sh debug
+	scripts/test-c-seeds.sh debug
 	CFLAGS=-fsanitize=address ASAN_OPTIONS=detect_leaks=1 \
 	  LSAN_OPTIONS=suppressions=$(CURDIR)/.ci/lsan.supp \
 	  scripts/test-c-api.sh debug --scratch-path .build/asan --sanitize=address
+	CFLAGS=-fsanitize=address ASAN_OPTIONS=detect_leaks=1 \
+	  LSAN_OPTIONS=suppressions=$(CURDIR)/.ci/lsan.supp \
+	  scripts/test-c-seeds.sh debug --scratch-path .build/asan --sanitize=address
 
 ## c-api: libloopdispatch.so and .a (release) and a pkg-config file; prints the directory to
 ## put in PKG_CONFIG_PATH.

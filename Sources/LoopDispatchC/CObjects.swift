@@ -92,6 +92,20 @@ enum CHandle {
     }
   }
 
+  /// `withQueue` for groups (borrowed, no retain; see there).
+  @inline(__always)
+  static func withGroup<Result>(
+    _ raw: UnsafeMutableRawPointer?, _ call: StaticString, _ body: (CGroup) -> Result
+  ) -> Result {
+    guard let raw else { clientBug("\(call) called with a NULL group") }
+    return Unmanaged<AnyObject>.fromOpaque(raw)._withUnsafeGuaranteedRef { object in
+      guard type(of: object) == CGroup.self else {
+        clientBug("\(call) called with an object that is not a group")
+      }
+      return body(unsafeDowncast(object, to: CGroup.self))
+    }
+  }
+
   /// The queue behind a handle, or a client-bug crash naming the call.
   @inline(__always)
   static func queue(_ raw: UnsafeMutableRawPointer?, _ call: StaticString) -> Queue {

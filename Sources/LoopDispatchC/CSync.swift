@@ -11,12 +11,12 @@ public func cDispatchGroupCreate() -> UnsafeMutableRawPointer {
 
 @_cdecl("dispatch_group_enter")
 public func cDispatchGroupEnter(_ group: UnsafeMutableRawPointer?) {
-  CHandle.group(group, "dispatch_group_enter").group.enter()
+  CHandle.withGroup(group, "dispatch_group_enter") { $0.group.enter() }
 }
 
 @_cdecl("dispatch_group_leave")
 public func cDispatchGroupLeave(_ group: UnsafeMutableRawPointer?) {
-  CHandle.group(group, "dispatch_group_leave").group.leave()
+  CHandle.withGroup(group, "dispatch_group_leave") { $0.group.leave() }
 }
 
 @_cdecl("dispatch_group_async_f")
@@ -26,10 +26,12 @@ public func cDispatchGroupAsyncF(
   _ work: (@convention(c) (UnsafeMutableRawPointer?) -> Void)?
 ) {
   let call = CWork(function: cWork(work, "dispatch_group_async_f"), context: context)
-  let owner = CHandle.group(group, "dispatch_group_async_f")
-  // The group object stays alive until the work has left it (libdispatch retains it too).
-  CHandle.queue(queue, "dispatch_group_async_f").async(group: owner.group) {
-    withExtendedLifetime(owner) { call.run() }
+  CHandle.withGroup(group, "dispatch_group_async_f") { owner in
+    CHandle.withQueue(queue, "dispatch_group_async_f") { target in
+      // The group object stays alive until the work has left it (libdispatch retains it
+      // too): the closure holds it.
+      target.async(group: owner.group) { withExtendedLifetime(owner) { call.run() } }
+    }
   }
 }
 
