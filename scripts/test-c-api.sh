@@ -30,8 +30,13 @@ if [ -z "${CFLAGS:-}" ]; then  # The static form (not under a sanitizer's runtim
   echo "ok c-api linked statically"
 fi
 
-timeout 120 "$out/capi_tests" | tee "$out/suite.txt"
+timeout 120 "$out/capi_tests" 2> "$out/suite-errors.txt" | tee "$out/suite.txt" \
+  || { cat "$out/suite-errors.txt" >&2; exit 1; }
+cat "$out/suite-errors.txt" >&2
 grep -q "checks, 0 failures" "$out/suite.txt"
+# dispatch_debug: one line per call, naming the object.
+grep -qxF 'queue "c.debug": debug line 5' "$out/suite-errors.txt"
+grep -qxF 'semaphore (initial value 3): semaphore line' "$out/suite-errors.txt"
 echo "ok c-api suite"
 
 expect_bug() {

@@ -141,6 +141,15 @@ static void test_assertions_and_variants(void) {
   dispatch_release(target);
 }
 
+static void test_debug(void) {
+  dispatch_queue_t queue = dispatch_queue_create("c.debug", DISPATCH_QUEUE_SERIAL);
+  dispatch_debug(queue, "debug line %d", 5);  // The script checks the line on stderr.
+  dispatch_semaphore_t semaphore = dispatch_semaphore_create(3);
+  dispatch_debug(semaphore, "%s", "semaphore line");
+  dispatch_release(semaphore);
+  dispatch_release(queue);
+}
+
 static void test_global_queues(void) {
   intptr_t priorities[] = {DISPATCH_QUEUE_PRIORITY_HIGH, DISPATCH_QUEUE_PRIORITY_DEFAULT,
                            DISPATCH_QUEUE_PRIORITY_LOW, DISPATCH_QUEUE_PRIORITY_BACKGROUND,
@@ -624,6 +633,7 @@ int main(int argc, char **argv) {
   test_serial_queue_order_and_sync();
   test_concurrent_queue_and_barriers();
   test_global_queues();
+  test_debug();
   test_assertions_and_variants();
   test_targets_suspend_inactive();
   test_context_and_finalizer();
