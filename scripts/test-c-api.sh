@@ -15,7 +15,8 @@ out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 # shellcheck disable=SC2086 # CFLAGS and pkg-config output are word lists.
 clang -fblocks -Wall -Werror -g ${CFLAGS:-} $(pkg-config --cflags loopdispatch) \
-  Tests/CAPI/capi_tests.c $(pkg-config --libs loopdispatch) -o "$out/capi_tests"
+  Tests/CAPI/capi_tests.c $(pkg-config --libs loopdispatch) \
+  $(pkg-config --libs libevent_core) -o "$out/capi_tests"  # The suite adds its own events.
 
 # shellcheck disable=SC2086
 clang++ -fblocks -Wall -Werror ${CFLAGS:-} $(pkg-config --cflags loopdispatch) \

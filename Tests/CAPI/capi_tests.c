@@ -7,6 +7,7 @@
 // `capi_tests misuse <case>` performs one client bug; the script checks that it crashes with
 // a "BUG IN CLIENT OF LOOPDISPATCH:" line.
 #include <dispatch/dispatch.h>
+#include <event2/event.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -474,6 +475,34 @@ static void test_read_source_and_cancel_handler(void) {
         "a bad descriptor gives NULL");
 }
 
+static void test_write_source(void) {
+  int pair[2];
+  CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0, "socketpair");
+  dispatch_queue_t queue = dispatch_queue_create("c.write", DISPATCH_QUEUE_SERIAL);
+  dispatch_source_t source =
+      dispatch_source_create(DISPATCH_SOURCE_TYPE_WRITE, (uintptr_t)pair[1], 0, queue);
+  CHECK(source != NULL, "write source");
+  dispatch_semaphore_t writable = dispatch_semaphore_create(0);
+  dispatch_semaphore_t cancelled = dispatch_semaphore_create(0);
+  __block uintptr_t space = 0;
+  dispatch_source_set_event_handler(source, ^{
+    space = dispatch_source_get_data(source);
+    dispatch_source_cancel(source);  // One event is enough.
+    dispatch_semaphore_signal(writable);
+  });
+  dispatch_source_set_cancel_handler(source, ^{ dispatch_semaphore_signal(cancelled); });
+  dispatch_activate(source);
+  CHECK(dispatch_semaphore_wait(writable, in_seconds(30)) == 0, "an empty socket is writable");
+  CHECK(space > 0, "data estimates the space to write (%lu)", (unsigned long)space);
+  CHECK(dispatch_semaphore_wait(cancelled, in_seconds(30)) == 0, "write source cancelled");
+  close(pair[0]);
+  close(pair[1]);
+  dispatch_release(source);
+  dispatch_release(writable);
+  dispatch_release(cancelled);
+  dispatch_release(queue);
+}
+
 static void timer_fired(void *context) {
   dispatch_source_t source = context;
   atomic_int *count = (atomic_int *)((char *)dispatch_get_context(source));
@@ -605,6 +634,21 @@ static int misuse(const char *name) {
 // ---- dispatch_main ---------------------------------------------------------------------------
 
 static atomic_int main_order;
+static int event_pipe[2];
+static struct event *c_event;
+static pthread_t main_thread_id;
+
+// A libevent event the program added itself to the main loop's event_base.
+static void c_event_fired(evutil_socket_t fd, short what, void *argument) {
+  (void)argument;
+  char byte;
+  CHECK(read(fd, &byte, 1) == 1 && (what & EV_READ), "own event read its byte");
+  CHECK(pthread_self() == main_thread_id, "own libevent event runs on the main thread");
+  event_free(c_event);
+  close(event_pipe[0]);
+  close(event_pipe[1]);
+  atomic_fetch_add(&main_order, 10);  // Seen by the last main-queue block.
+}
 
 static void on_main_before(void *context) {
   (void)context;
@@ -613,11 +657,17 @@ static void on_main_before(void *context) {
   CHECK(strcmp(dispatch_queue_get_label(DISPATCH_CURRENT_QUEUE_LABEL),
                dispatch_queue_get_label(dispatch_get_main_queue())) == 0,
         "main queue label");
-  CHECK(loopdispatch_main_event_base() != NULL, "the main loop's event_base");
+  struct event_base *base = loopdispatch_main_event_base();
+  CHECK(base != NULL, "the main loop's event_base");
+  CHECK(pipe(event_pipe) == 0, "pipe");
+  c_event = event_new(base, event_pipe[0], EV_READ, c_event_fired, NULL);
+  CHECK(c_event != NULL && event_add(c_event, NULL) == 0, "own event added beside the main queue");
+  CHECK(write(event_pipe[1], "x", 1) == 1, "pipe write");
   // Posted after dispatch_main started, from another thread.
   dispatch_async(dispatch_get_global_queue(0, 0), ^{
     dispatch_after(dispatch_time(DISPATCH_TIME_NOW, 5 * NSEC_PER_MSEC), dispatch_get_main_queue(), ^{
-      CHECK(atomic_fetch_add(&main_order, 1) == 1, "posted after dispatch_main: runs second");
+      CHECK(atomic_fetch_add(&main_order, 1) == 11,
+            "posted after dispatch_main: runs second, after the program's own event");
       CHECK(pthread_self() == *(pthread_t *)dispatch_get_context(dispatch_get_main_queue()),
             "main-queue work runs on the process main thread");
       printf("capi_tests: %d checks, %d failures\n", checks, failures);
@@ -645,11 +695,13 @@ int main(int argc, char **argv) {
   test_after_and_time();
   test_block_objects();
   test_read_source_and_cancel_handler();
+  test_write_source();
   test_timer_source();
   test_data_sources();
   test_signal_source();
   static pthread_t main_thread;
   main_thread = pthread_self();
+  main_thread_id = main_thread;
   dispatch_set_context(dispatch_get_main_queue(), &main_thread);
   dispatch_async_f(dispatch_get_main_queue(), NULL, on_main_before);
   dispatch_main();
