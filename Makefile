@@ -41,11 +41,13 @@ test-release: deps
 	$(SWIFT) test -c release --skip-build -Xswiftc -enable-testing
 
 ## test-c: the GCD C API: the C test suite (Tests/CAPI) and the C seed programs
-## (Examples/C), built with clang -fblocks against <dispatch/dispatch.h>; then both again
+## (Examples/C), built with clang -fblocks against <dispatch/dispatch.h>, a program built
+## against `make install`'s result; then the suite and the seeds again
 ## with the library and the programs under AddressSanitizer and LeakSanitizer.
 test-c: deps
 	scripts/test-c-api.sh debug
 	scripts/test-c-seeds.sh debug
+	scripts/test-c-install.sh
 	CFLAGS=-fsanitize=address ASAN_OPTIONS=detect_leaks=1 \
 	  LSAN_OPTIONS=suppressions=$(CURDIR)/.ci/lsan.supp \
 	  scripts/test-c-api.sh debug --scratch-path .build/asan --sanitize=address

@@ -73,37 +73,38 @@ enum CHandle {
     Unmanaged<AnyObject>.fromOpaque(raw).takeUnretainedValue()
   }
 
-  /// Runs `body` with the queue behind a handle, borrowed: no retain and release around the
-  /// call (they were about 9 of the 14 ns a C `dispatch_sync_f` cost over the Swift
-  /// `Queue.sync`, perf). Safe: the caller's reference keeps the queue alive for the call, as
-  /// the C API requires of every handle passed in. A client-bug crash for NULL or another
-  /// kind of object.
+  /// Runs `body` with the object of (final) class `Kind` behind a handle, borrowed: no
+  /// retain and release around the call (they were about 9 of the 14 ns a C
+  /// `dispatch_sync_f` cost over the Swift `Queue.sync`, perf). Safe: the caller's reference
+  /// keeps the object alive for the call, as the C API requires of every handle passed in.
+  /// `kind` names it in the client-bug crash for NULL or another kind of object.
+  @inline(__always)
+  static func withBorrowed<Kind: AnyObject, Result>(
+    _ raw: UnsafeMutableRawPointer?, as _: Kind.Type, _ kind: StaticString,
+    _ call: StaticString, _ body: (Kind) -> Result
+  ) -> Result {
+    guard let raw else { clientBug("\(call) called with a NULL \(kind)") }
+    return Unmanaged<AnyObject>.fromOpaque(raw)._withUnsafeGuaranteedRef { object in
+      // The classes used here are final: an exact type check is enough, and no cast retains.
+      guard type(of: object) == Kind.self else {
+        clientBug("\(call) called with an object that is not a \(kind)")
+      }
+      return body(unsafeDowncast(object, to: Kind.self))
+    }
+  }
+
   @inline(__always)
   static func withQueue<Result>(
     _ raw: UnsafeMutableRawPointer?, _ call: StaticString, _ body: (Queue) -> Result
   ) -> Result {
-    guard let raw else { clientBug("\(call) called with a NULL queue") }
-    return Unmanaged<AnyObject>.fromOpaque(raw)._withUnsafeGuaranteedRef { object in
-      // `Queue` is final: an exact type check is enough, and no cast retains.
-      guard type(of: object) == Queue.self else {
-        clientBug("\(call) called with an object that is not a queue")
-      }
-      return body(unsafeDowncast(object, to: Queue.self))
-    }
+    withBorrowed(raw, as: Queue.self, "queue", call, body)
   }
 
-  /// `withQueue` for groups (borrowed, no retain; see there).
   @inline(__always)
   static func withGroup<Result>(
     _ raw: UnsafeMutableRawPointer?, _ call: StaticString, _ body: (CGroup) -> Result
   ) -> Result {
-    guard let raw else { clientBug("\(call) called with a NULL group") }
-    return Unmanaged<AnyObject>.fromOpaque(raw)._withUnsafeGuaranteedRef { object in
-      guard type(of: object) == CGroup.self else {
-        clientBug("\(call) called with an object that is not a group")
-      }
-      return body(unsafeDowncast(object, to: CGroup.self))
-    }
+    withBorrowed(raw, as: CGroup.self, "group", call, body)
   }
 
   /// The queue behind a handle, or a client-bug crash naming the call.
