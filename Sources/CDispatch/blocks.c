@@ -8,6 +8,7 @@
 #include <linux/futex.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/syscall.h>
 
 // BlocksRuntime (the toolchain's libBlocksRuntime), declared here so no header path is needed.
@@ -78,6 +79,8 @@ void dispatch_apply(size_t iterations, dispatch_queue_t queue, void (^block)(siz
 }
 
 void dispatch_after(dispatch_time_t when, dispatch_queue_t queue, dispatch_block_t block) {
+  // Never fires: nothing to copy (a copy would never be released).
+  if (when == DISPATCH_TIME_FOREVER) return;
   dispatch_after_f(when, queue, _Block_copy(block), run_copied_block);
 }
 
@@ -96,24 +99,42 @@ void dispatch_once(dispatch_once_t *predicate, dispatch_block_t block) {
 
 // ---- Dispatch block objects ----------------------------------------------------------------
 
-// A block made by dispatch_block_create captures one value, the id of its record in Swift
-// (`_loopdispatch_block_*`): ids are never reused, so a stale block never finds another's
-// record. A block is recognised as one of ours by its invoke function, the same for every
-// block of the literal below, and its id read from the capture (the blocks ABI puts the
-// first captured value right after the descriptor pointer).
-struct block_literal {
+// A block made by dispatch_block_create is built here by hand, as a heap block (the shape
+// _Block_copy gives a copied block: refcount 1, BLOCK_NEEDS_FREE) with a copy/dispose
+// descriptor. It holds one value, the id of its record in Swift (`_loopdispatch_block_*`;
+// ids are never reused). The runtime calls `dispose_block` when the last reference goes
+// (the program's Block_release, and each copy made to queue it), and that frees the record
+// and the program's block copy. A block is recognised as one of ours by its invoke function.
+// The layout and flags are the blocks ABI's (clang's and BlocksRuntime's Block_private.h).
+enum {
+  block_needs_free = 1 << 24,
+  block_has_copy_dispose = 1 << 25,
+  block_refcount_one = 2,  // The runtime counts references in steps of 2.
+};
+
+struct block_descriptor {
+  unsigned long reserved;
+  unsigned long size;
+  void (*copy)(void *destination, const void *source);
+  void (*dispose)(const void *block);
+};
+
+struct dispatch_block_object {
   void *isa;
-  int flags;
+  volatile int flags;
   int reserved;
-  void (*invoke)(void *);
-  void *descriptor;
+  void (*invoke)(struct dispatch_block_object *);
+  const struct block_descriptor *descriptor;
   uint64_t id;
 };
+
+extern void *_NSConcreteMallocBlock[];
 
 extern uint64_t _loopdispatch_block_register(
     dispatch_block_flags_t flags, void *block, dispatch_function_t invoke,
     void (*release)(const void *));
 extern void _loopdispatch_block_run(uint64_t id);
+extern void _loopdispatch_block_dispose(uint64_t id);
 extern intptr_t _loopdispatch_block_wait(uint64_t id, dispatch_time_t timeout);
 extern void _loopdispatch_block_notify(
     uint64_t id, dispatch_queue_t queue, void *block, dispatch_function_t invoke);
@@ -122,15 +143,37 @@ extern intptr_t _loopdispatch_block_testcancel(uint64_t id);
 extern dispatch_block_flags_t _loopdispatch_block_flags(uint64_t id);
 extern void _loopdispatch_client_bug(const char *message) __attribute__((__noreturn__));
 
-// The invoke function of our blocks (learned from the first one made; atomic).
-static void (*our_invoke)(void *);
+static void invoke_block_object(struct dispatch_block_object *block) {
+  _loopdispatch_block_run(block->id);
+}
+
+// Never called for a heap block (only a stack block's copy runs it); required by the ABI.
+static void copy_block_object(void *destination, const void *source) {
+  (void)destination;
+  (void)source;
+}
+
+static void dispose_block_object(const void *block) {
+  _loopdispatch_block_dispose(((const struct dispatch_block_object *)block)->id);
+}
+
+static const struct block_descriptor block_object_descriptor = {
+    0, sizeof(struct dispatch_block_object), copy_block_object, dispose_block_object};
 
 dispatch_block_t dispatch_block_create(dispatch_block_flags_t flags, dispatch_block_t block) {
-  uint64_t id = _loopdispatch_block_register(
+  struct dispatch_block_object *made = malloc(sizeof *made);
+  if (made == NULL) {  // Not the client's bug: the process is out of memory.
+    fputs("LOOPDISPATCH CANNOT CONTINUE: out of memory in dispatch_block_create\n", stderr);
+    abort();
+  }
+  made->isa = _NSConcreteMallocBlock;
+  made->flags = block_needs_free | block_has_copy_dispose | block_refcount_one;
+  made->reserved = 0;
+  made->invoke = invoke_block_object;
+  made->descriptor = &block_object_descriptor;
+  made->id = _loopdispatch_block_register(
       flags, _Block_copy(block), run_borrowed_block, _Block_release);
-  dispatch_block_t made = _Block_copy(^{ _loopdispatch_block_run(id); });
-  __atomic_store_n(&our_invoke, ((struct block_literal *)(void *)made)->invoke, __ATOMIC_RELEASE);
-  return made;
+  return (dispatch_block_t)(void *)made;
 }
 
 dispatch_block_t dispatch_block_create_with_qos_class(
@@ -144,9 +187,8 @@ dispatch_block_t dispatch_block_create_with_qos_class(
 // The record id of one of our blocks, or 0.
 static uint64_t block_id(dispatch_block_t block) {
   if (block == NULL) return 0;
-  const struct block_literal *literal = (const void *)block;
-  void (*invoke)(void *) = __atomic_load_n(&our_invoke, __ATOMIC_ACQUIRE);
-  return invoke != NULL && literal->invoke == invoke ? literal->id : 0;
+  const struct dispatch_block_object *object = (const void *)block;
+  return object->invoke == invoke_block_object ? object->id : 0;
 }
 
 static uint64_t required_block_id(dispatch_block_t block, const char *message) {

@@ -3,19 +3,23 @@ import MainLoop
 import Synchronization
 
 // Dispatch block objects (`dispatch_block_create` and friends): each is a LoopDispatch
-// `WorkItem` kept in a registry under an id the C block captures (Sources/CDispatch/blocks.c
-// explains how a block is recognised). Ids are never reused.
+// `WorkItem` kept in a registry under an id the C block holds (Sources/CDispatch/blocks.c
+// builds the block and explains how it is recognised). Ids are never reused.
 //
-// Lifetime: a record stays until its block has run uncancelled (then `dispatch_block_wait`,
-// `notify` and `testcancel` on the block see "done" from the record's absence), or for the
-// process's life if the block was cancelled or never run; the registry keeps it reachable,
-// so LeakSanitizer reports nothing, at the cost of a few dozen bytes per such block.
+// Lifetime: a record lives as long as its block: the block's dispose helper, which the
+// blocks runtime calls when the last reference goes (the program's `Block_release` and the
+// copies made to queue it), removes it and releases the program's block copy.
 
 /// One block object: its item (which runs the program's block copy) and its flags.
 private final class CBlockRecord: @unchecked Sendable {
   // @unchecked Sendable: immutable; the pointers are the C caller's, handed over for this.
   let item: WorkItem
   let flags: UInt
+  /// Atomic. Set by the first run.
+  private let ran = Atomic<Bool>(false)
+
+  /// Whether this is the block's first run.
+  func claimRun() -> Bool { !ran.exchange(true, ordering: .acquiringAndReleasing) }
   private let block: UnsafeMutableRawPointer?
   private let release: (@convention(c) (UnsafeRawPointer?) -> Void)?
 
@@ -56,17 +60,22 @@ public func cLoopdispatchBlockRegister(
 
 @_cdecl("_loopdispatch_block_run")
 public func cLoopdispatchBlockRun(_ id: UInt64) {
-  // Absent: it ran already (a block object runs once; later runs do nothing).
-  guard let made = record(id) else { return }
+  // A block object runs its work once; later calls do nothing (`WorkItem.perform` twice
+  // would run it twice, so a run after the first is dropped here).
+  guard let made = record(id), made.claimRun() else { return }
   made.item.perform()
-  if !made.item.isCancelled {
-    blockRecords.withLock { _ = $0.removeValue(forKey: id) }
-  }
+}
+
+@_cdecl("_loopdispatch_block_dispose")
+public func cLoopdispatchBlockDispose(_ id: UInt64) {
+  // Released outside the lock: the record's deinit releases the program's block copy.
+  let removed = blockRecords.withLock { $0.removeValue(forKey: id) }
+  withExtendedLifetime(removed) {}
 }
 
 @_cdecl("_loopdispatch_block_wait")
 public func cLoopdispatchBlockWait(_ id: UInt64, _ timeout: UInt64) -> Int {
-  guard let made = record(id) else { return 0 }
+  guard let made = record(id) else { return 0 }  // Only after its last reference: a bug.
   return made.item.wait(timeout: CTime.deadline(timeout) ?? .distantFuture) == .success ? 0 : 1
 }
 
@@ -102,4 +111,11 @@ public func cLoopdispatchBlockFlags(_ id: UInt64) -> UInt {
 @_cdecl("_loopdispatch_client_bug")
 public func cLoopdispatchClientBug(_ message: UnsafePointer<CChar>?) -> Never {
   clientBug(message.map { String(cString: $0) } ?? "")
+}
+
+/// The number of live block-object records (for the C suite's lifetime check; not in the
+/// header).
+@_cdecl("_loopdispatch_block_live_records")
+public func cLoopdispatchBlockLiveRecords() -> Int {
+  blockRecords.withLock { $0.count }
 }

@@ -17,6 +17,9 @@ private final class CLabel: Sendable {
 
 private let labelKey = SpecificKey<CLabel>()
 
+/// Held while a label is installed on a queue made in Swift; counts the installations.
+private let labelInstallation = LockedValue(0)
+
 /// The C labels of the main and global queues (they live as long as the process).
 private let processLifetimeLabels: [ObjectIdentifier: CLabel] = {
   var labels = [ObjectIdentifier(Queue.main): CLabel(Queue.main.label)]
@@ -88,10 +91,16 @@ public func cDispatchQueueGetLabel(_ raw: UnsafeMutableRawPointer?) -> UnsafePoi
   }
   if let fixed = processLifetimeLabels[ObjectIdentifier(queue)] { return fixed.pointer }
   if let label = queue.getSpecific(key: labelKey) { return label.pointer }
-  // A queue made in Swift: give it its C label now (kept for its life).
-  let label = CLabel(queue.label)
-  queue.setSpecific(key: labelKey, value: label)
-  return label.pointer
+  // A queue made in Swift: give it its C label now (kept for its life). Under a lock, so
+  // that two first calls at once cannot each install one and free the other's, whose
+  // pointer a caller already holds.
+  return labelInstallation.withLock { installs in
+    if let label = queue.getSpecific(key: labelKey) { return label.pointer }
+    installs &+= 1
+    let label = CLabel(queue.label)
+    queue.setSpecific(key: labelKey, value: label)
+    return label.pointer
+  }
 }
 
 @_cdecl("dispatch_set_target_queue")
@@ -146,22 +155,25 @@ public func cDispatchBarrierSyncF(
 
 @_cdecl("dispatch_apply_f")
 public func cDispatchApplyF(
-  _ iterations: Int, _ queue: UnsafeMutableRawPointer?, _ context: UnsafeMutableRawPointer?,
-  _ work: (@convention(c) (UnsafeMutableRawPointer?, Int) -> Void)?
+  _ iterations: UInt, _ queue: UnsafeMutableRawPointer?, _ context: UnsafeMutableRawPointer?,
+  _ work: (@convention(c) (UnsafeMutableRawPointer?, UInt) -> Void)?
 ) {
   guard let work else { clientBug("dispatch_apply_f called with a NULL function") }
   // DISPATCH_APPLY_AUTO (NULL): the default global queue.
   let target = queue.map { CHandle.queue($0, "dispatch_apply_f") } ?? Queue.global()
   let call = CIndexedWork(function: work, context: context)
-  target.apply(iterations: iterations) { index in call.run(index) }
+  // `size_t` counts: more than Int.max iterations could not finish anyway.
+  target.apply(iterations: Int(min(iterations, UInt(Int.max)))) { index in
+    call.run(UInt(index))
+  }
 }
 
 /// `dispatch_apply_f`'s function and context (see `CWork` for why it may cross threads).
 private struct CIndexedWork: @unchecked Sendable {
   // @unchecked Sendable: the C caller's pointers, passed for exactly this use.
-  let function: @convention(c) (UnsafeMutableRawPointer?, Int) -> Void
+  let function: @convention(c) (UnsafeMutableRawPointer?, UInt) -> Void
   let context: UnsafeMutableRawPointer?
-  func run(_ index: Int) { function(context, index) }
+  func run(_ index: UInt) { function(context, index) }
 }
 
 @_cdecl("dispatch_after_f")

@@ -98,12 +98,18 @@ enum CTime {
     return Deadline(uptimeNanoseconds: time)
   }
 
+  /// A wall time of `nanoseconds` since the epoch; one too far ahead to encode (2^63 ns is
+  /// the year 2262) is "forever", as libdispatch's walltime saturates to it.
+  static func wall(_ nanoseconds: UInt64) -> UInt64 {
+    nanoseconds >= wallBit - 2 ? forever : wallBit | nanoseconds
+  }
+
   static func adding(_ base: UInt64, _ delta: Int64) -> UInt64 {
     let magnitude = delta.magnitude
     let sum =
       delta >= 0
       ? base.addingReportingOverflow(magnitude) : base.subtractingReportingOverflow(magnitude)
-    if sum.overflow { return delta >= 0 ? forever - 2 : 1 }
+    if sum.overflow { return delta >= 0 ? .max : 1 }
     return sum.partialValue
   }
 }
@@ -112,24 +118,27 @@ enum CTime {
 public func cDispatchTime(_ when: UInt64, _ delta: Int64) -> UInt64 {
   if when == CTime.forever { return CTime.forever }
   if when == CTime.wallNow { return cDispatchWalltime(nil, delta) }
-  if when & CTime.wallBit != 0 {
-    return CTime.wallBit | (CTime.adding(when & ~CTime.wallBit, delta) & ~CTime.wallBit)
-  }
+  if when & CTime.wallBit != 0 { return CTime.wall(CTime.adding(when & ~CTime.wallBit, delta)) }
   let base = when == 0 ? Deadline.now.uptimeNanoseconds : when
-  // Never 0 (that would read as "now") and never "forever" by accident.
-  return min(max(CTime.adding(base, delta), 1), CTime.wallBit - 1)
+  // Never 0 (that would read as "now"); past what the encoding holds, "forever" (as
+  // libdispatch saturates).
+  let sum = CTime.adding(base, delta)
+  return sum >= CTime.wallBit - 1 ? CTime.forever : max(sum, 1)
 }
 
 @_cdecl("dispatch_walltime")
 public func cDispatchWalltime(_ when: UnsafePointer<timespec>?, _ delta: Int64) -> UInt64 {
   let base: UInt64
   if let when {
-    base =
-      UInt64(max(0, when.pointee.tv_sec)) * 1_000_000_000 + UInt64(max(0, when.pointee.tv_nsec))
+    // Saturating: a far-future timespec is "forever", never an overflow.
+    let seconds = UInt64(max(0, when.pointee.tv_sec))
+    let (scaled, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
+    let (sum, carry) = scaled.addingReportingOverflow(UInt64(max(0, when.pointee.tv_nsec)))
+    base = overflow || carry ? .max : sum
   } else {
     base = WallDeadline.now.nanosecondsSinceEpoch
   }
-  return CTime.wallBit | (CTime.adding(base, delta) & ~CTime.wallBit)
+  return CTime.wall(CTime.adding(base, delta))
 }
 
 // MARK: Queue-specific values

@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -361,6 +362,13 @@ static void test_after_and_time(void) {
   CHECK(dispatch_time(DISPATCH_TIME_FOREVER, 5) == DISPATCH_TIME_FOREVER, "forever stays");
   CHECK(dispatch_time(DISPATCH_TIME_NOW, NSEC_PER_SEC) > dispatch_time(DISPATCH_TIME_NOW, 0),
         "time moves forward");
+  // Past what the encoding holds: "forever", never an overflow or a wrap into the past.
+  struct timespec far = {LONG_MAX, 0};
+  CHECK(dispatch_walltime(&far, 0) == DISPATCH_TIME_FOREVER, "far wall time saturates");
+  CHECK(dispatch_walltime(NULL, INT64_MAX) == DISPATCH_TIME_FOREVER, "far wall delta saturates");
+  CHECK(dispatch_time(DISPATCH_TIME_NOW, INT64_MAX) == DISPATCH_TIME_FOREVER,
+        "far monotonic delta saturates");
+  dispatch_after(DISPATCH_TIME_FOREVER, queue, ^{ CHECK(0, "a FOREVER after ran"); });
   struct timespec epoch = {0, 0};
   CHECK(dispatch_walltime(&epoch, 0) != dispatch_walltime(NULL, 0), "walltime from a timespec");
   dispatch_release(fired);
@@ -368,6 +376,33 @@ static void test_after_and_time(void) {
 }
 
 // ---- dispatch block objects ----------------------------------------------------------------
+
+// Not in the header: the live block-object records, for the lifetime check below.
+extern long _loopdispatch_block_live_records(void);
+
+// Every block object's record (and the program's block it copied) goes with the block's
+// last release, whether it ran, was cancelled or never ran; a block queued when released
+// lives until it ran.
+static void test_block_object_lifetime(void) {
+  long before = _loopdispatch_block_live_records();
+  dispatch_queue_t queue = dispatch_queue_create("c.block-life", DISPATCH_QUEUE_SERIAL);
+  dispatch_suspend(queue);
+  __block atomic_int ran = 0;
+  for (int i = 0; i < 30; i++) {
+    dispatch_block_t block = dispatch_block_create(0, ^{ atomic_fetch_add(&ran, 1); });
+    if (i % 3 == 0) dispatch_block_cancel(block);  // Cancelled, never run.
+    if (i % 3 == 1) dispatch_async(queue, block);  // Queued, released before it runs.
+    _Block_release(block);  // (i % 3 == 2: never run at all.)
+  }
+  CHECK(_loopdispatch_block_live_records() == before + 10, "queued blocks live on (%ld)",
+        _loopdispatch_block_live_records() - before);
+  dispatch_resume(queue);
+  dispatch_sync(queue, ^{});
+  CHECK(atomic_load(&ran) == 10, "the queued blocks ran (%d)", atomic_load(&ran));
+  CHECK(_loopdispatch_block_live_records() == before, "every record went with its block (%ld left)",
+        _loopdispatch_block_live_records() - before);
+  dispatch_release(queue);
+}
 
 static void test_block_objects(void) {
   dispatch_queue_t queue = dispatch_queue_create("c.blocks", DISPATCH_QUEUE_CONCURRENT);
@@ -383,6 +418,8 @@ static void test_block_objects(void) {
   dispatch_block_notify(block, queue, ^{ dispatch_semaphore_signal(notified); });
   CHECK(dispatch_semaphore_wait(notified, in_seconds(30)) == 0, "notify after completion");
   CHECK(dispatch_block_wait(block, DISPATCH_TIME_NOW) == 0, "wait after completion");
+  dispatch_block_cancel(block);
+  CHECK(dispatch_block_testcancel(block) != 0, "cancel after the run still reads as cancelled");
   _Block_release(block);
 
   __block atomic_int cancelled_ran = 0;
@@ -694,6 +731,7 @@ int main(int argc, char **argv) {
   test_apply();
   test_after_and_time();
   test_block_objects();
+  test_block_object_lifetime();
   test_read_source_and_cancel_handler();
   test_write_source();
   test_timer_source();

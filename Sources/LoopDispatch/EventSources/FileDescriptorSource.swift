@@ -223,7 +223,10 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
 /// available to read (1 for a listening socket; the bytes left for a regular file, which is
 /// always ready).
 ///
-/// Cancel the source before closing the descriptor, and close it in the cancel handler.
+/// Cancel the source before closing the descriptor, and close it in the cancel handler. (A
+/// source whose target is the main queue watches a duplicate of the descriptor until it is
+/// cancelled: a descriptor closed without cancelling keeps its file open meanwhile, so a
+/// socket's peer sees no end of file until the cancel.)
 public final class ReadSource: Source, @unchecked Sendable {
   /// The watched descriptor.
   public let fd: Int32
@@ -243,7 +246,8 @@ public final class ReadSource: Source, @unchecked Sendable {
 /// Delivers "writable" for a descriptor to a queue. ``Source/data`` estimates the bytes that
 /// can be written (socket buffer space; 1 for other descriptors).
 ///
-/// Cancel the source before closing the descriptor, and close it in the cancel handler.
+/// Cancel the source before closing the descriptor, and close it in the cancel handler (see
+/// ``ReadSource`` for what a main-queue source does when it is not).
 public final class WriteSource: Source, @unchecked Sendable {
   /// The watched descriptor.
   public let fd: Int32

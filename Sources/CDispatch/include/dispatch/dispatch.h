@@ -73,6 +73,17 @@ typedef union {
 #endif
 
 typedef void (*dispatch_function_t)(void *);
+
+/* BlocksRuntime's copy and release (as <Block.h> declares them; the toolchain ships the
+ * library, not always the header). */
+DISPATCH_EXPORT void *_Block_copy(const void *block);
+DISPATCH_EXPORT void _Block_release(const void *block);
+#ifndef Block_copy
+#define Block_copy(...) ((__typeof(__VA_ARGS__))_Block_copy((const void *)(__VA_ARGS__)))
+#endif
+#ifndef Block_release
+#define Block_release(...) _Block_release((const void *)(__VA_ARGS__))
+#endif
 typedef void (^dispatch_block_t)(void);
 typedef int dispatch_fd_t;
 
@@ -245,9 +256,11 @@ typedef unsigned long dispatch_block_flags_t;
 #define DISPATCH_BLOCK_INHERIT_QOS_CLASS 0x10ul
 #define DISPATCH_BLOCK_ENFORCE_QOS_CLASS 0x20ul
 
-/* A new block (release it with Block_release) that can be cancelled, waited on and observed.
- * Submitted with dispatch_async and friends, a DISPATCH_BLOCK_BARRIER block runs as a
- * barrier. QoS flags are accepted and not modelled. */
+/* A new block (release it with Block_release) that can be cancelled, waited on and observed;
+ * its work runs at most once. A DISPATCH_BLOCK_BARRIER block runs as a barrier when passed
+ * to dispatch_async, dispatch_sync or dispatch_async_and_wait (not to dispatch_after or the
+ * group calls, where it runs as an ordinary block). QoS flags are accepted and not
+ * modelled. */
 DISPATCH_EXPORT dispatch_block_t dispatch_block_create(
     dispatch_block_flags_t flags, dispatch_block_t block);
 DISPATCH_EXPORT dispatch_block_t dispatch_block_create_with_qos_class(
@@ -302,6 +315,8 @@ DISPATCH_EXPORT uintptr_t dispatch_source_get_data(dispatch_source_t source);
 DISPATCH_EXPORT uintptr_t dispatch_source_get_handle(dispatch_source_t source);
 DISPATCH_EXPORT uintptr_t dispatch_source_get_mask(dispatch_source_t source);
 DISPATCH_EXPORT void dispatch_source_merge_data(dispatch_source_t source, uintptr_t value);
+/* An `interval` of DISPATCH_TIME_FOREVER or 0 makes a one-shot timer; `start`
+ * DISPATCH_TIME_FOREVER never fires. `leeway` is accepted and not used (timers are precise). */
 DISPATCH_EXPORT void dispatch_source_set_timer(
     dispatch_source_t source, dispatch_time_t start, uint64_t interval, uint64_t leeway);
 
