@@ -12,7 +12,7 @@ import Testing
   @Test func aHandlerOnAnIdleSerialQueueRunsOnTheDriverThread() async {
     // In a child process: a handler of another suite blocked on a driver thread would send
     // these through the queue (only one inline handler runs at a time).
-    await #expect(processExitsWith: .success) {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       do {
         let seen = try handlerThreadNames(events: 20)
         guard seen.count == 20, seen.allSatisfy({ $0.hasPrefix("ld.io.") }) else {
@@ -21,6 +21,9 @@ import Testing
       } catch { driverTestFailure("\(error)") }
       exit(0)
     }
+    // Shown only on failure (the child's own account of it).
+    let errors = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+    #expect(!errors.contains("IODriverTests:"), "\(errors)")
   }
 
   /// While one source's handler blocks for a second on the driver thread, another source's

@@ -225,9 +225,18 @@ class SourceCore: @unchecked Sendable {
       && IODriver.shared.mayRunInline
       && queue.trySyncLockChain()
     {
-      let ran = IODriver.shared.runInline { queue.withChainFrames { deliver() } }
+      // The re-arm (`finishDelivery`) comes after the chain is released: the next event,
+      // which only the re-arm lets the kernel report, then finds the chain idle and runs
+      // inline too, instead of racing this thread's unlock and going to the pool.
+      var mustFinish = false
+      let ran = IODriver.shared.runInline {
+        queue.withChainFrames { mustFinish = deliverWithoutFinishing() }
+      }
       queue.unlockSyncChain(upTo: nil)
-      if ran { return .ranInline }
+      if ran {
+        if mustFinish { finishDelivery() }
+        return .ranInline
+      }
     }
     queue.async { [self] in deliver() }
     return .queued
@@ -235,6 +244,12 @@ class SourceCore: @unchecked Sendable {
 
   /// Runs on the target queue with PENDING held.
   private func deliver() {
+    if deliverWithoutFinishing() { finishDelivery() }
+  }
+
+  /// The delivery up to clearing PENDING; returns whether `finishDelivery` must follow (false
+  /// once cancelled). Target queue, PENDING held.
+  private func deliverWithoutFinishing() -> Bool {
     let merged = pendingData.exchange(0, ordering: .acquiringAndReleasing)
     if !isCancelled && suspendCount.load(ordering: .acquiring) == 0 {
       if merged != 0 {
@@ -259,8 +274,14 @@ class SourceCore: @unchecked Sendable {
     let previous = status.bitwiseAnd(~Self.pending, ordering: .acquiringAndReleasing).oldValue
     if previous & Self.cancelled != 0 {
       cancelStepDone()
-      return
+      return false
     }
+    return true
+  }
+
+  /// After a delivery: the kind's re-arm, then a new delivery if data arrived meanwhile.
+  /// Any thread (PENDING is already clear, as for any delivery's re-arm).
+  private func finishDelivery() {
     didDeliver()
     if pendingData.load(ordering: .acquiring) != 0 { scheduleDelivery() }
   }
