@@ -100,7 +100,14 @@ import Testing
       waitUntilTheServiceLoopRegisteredEarlierWatches()
       source.cancel()
       if !cancelled.wait() { failChild("no cancel handler") }
-      kill(getpid(), SIGTERM)
+      // Directed at this thread, with SIGTERM unblocked here: the default action runs before
+      // `pthread_kill` returns. (A process-directed `kill` may be delivered to another
+      // thread after `kill` returns, racing the failure below: a flaky CI run.)
+      var unblocked = sigset_t()
+      sigemptyset(&unblocked)
+      sigaddset(&unblocked, SIGTERM)
+      pthread_sigmask(SIG_UNBLOCK, &unblocked, nil)
+      pthread_kill(pthread_self(), SIGTERM)
       failChild("SIGTERM did not end the process after cancel")
     }
   }
