@@ -107,31 +107,18 @@ enum CHandle {
     withBorrowed(raw, as: CGroup.self, "group", call, body)
   }
 
-  /// The queue behind a handle, or a client-bug crash naming the call.
-  @inline(__always)
+  /// The queue behind a handle (a strong reference, for callers that keep it past the call),
+  /// or a client-bug crash naming the call.
   static func queue(_ raw: UnsafeMutableRawPointer?, _ call: StaticString) -> Queue {
-    guard let raw else { clientBug("\(call) called with a NULL queue") }
-    guard let queue = object(raw) as? Queue else {
-      clientBug("\(call) called with an object that is not a queue")
-    }
-    return queue
+    withBorrowed(raw, as: Queue.self, "queue", call) { $0 }
   }
 
   static func group(_ raw: UnsafeMutableRawPointer?, _ call: StaticString) -> CGroup {
-    guard let raw, let group = object(raw) as? CGroup else {
-      clientBug(
-        "\(call) called with \(raw == nil ? "a NULL group" : "an object that is not a group")")
-    }
-    return group
+    withBorrowed(raw, as: CGroup.self, "group", call) { $0 }
   }
 
   static func semaphore(_ raw: UnsafeMutableRawPointer?, _ call: StaticString) -> CSemaphore {
-    guard let raw, let semaphore = object(raw) as? CSemaphore else {
-      clientBug(
-        "\(call) called with \(raw == nil ? "a NULL semaphore" : "an object that is not a semaphore")"
-      )
-    }
-    return semaphore
+    withBorrowed(raw, as: CSemaphore.self, "semaphore", call) { $0 }
   }
 
   /// A +1 handle for a new object.

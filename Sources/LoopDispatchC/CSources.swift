@@ -31,11 +31,7 @@ final class CSource: CObjectBase, @unchecked Sendable {
 
 extension CHandle {
   static func source(_ raw: UnsafeMutableRawPointer?, _ call: StaticString) -> CSource {
-    guard let raw, let source = object(raw) as? CSource else {
-      clientBug(
-        "\(call) called with \(raw == nil ? "a NULL source" : "an object that is not a source")")
-    }
-    return source
+    withBorrowed(raw, as: CSource.self, "source", call) { $0 }
   }
 }
 

@@ -109,10 +109,7 @@ final class WorkerPool: @unchecked Sendable {
         return .supervisor
       }
       appendToLane(priority.rawValue, timed, &state)
-      // Sequentially consistent: pairs with a spinner's increment of `searching` followed by
-      // its load of `pendingJobs` (Dekker): either it sees this job, or we see it searching.
-      pendingJobs.wrappingAdd(1, ordering: .sequentiallyConsistent)
-      return wakeForLaneWork(&state)
+      return publishLaneJobs(1, &state)
     }
     perform(wake)
   }
@@ -123,20 +120,27 @@ final class WorkerPool: @unchecked Sendable {
   /// Thread-safety: any thread.
   func submitBatch<Jobs: Sequence<PoolJob>>(_ jobs: Jobs, priority: Priority) {
     let now = Ticks.now()
-    let wake: Wake? = state.withLock { state in
+    let wake: Wake = state.withLock { state in
       var count = 0
       for job in jobs {
         appendToLane(priority.rawValue, TimedJob(job: job, enqueuedAt: now), &state)
         count += 1
       }
-      guard count > 0 else { return nil }
+      guard count > 0 else { return .none }
       state.laneStats[priority.rawValue].submitted &+= UInt64(count)
-      // Sequentially consistent: the Dekker pair of `submit` (a spinner's increment of
-      // `searching`, then its load of `pendingJobs`).
-      pendingJobs.wrappingAdd(count, ordering: .sequentiallyConsistent)
-      return wakeForLaneWork(&state)
+      return publishLaneJobs(count, &state)
     }
-    if let wake { perform(wake) }
+    perform(wake)
+  }
+
+  /// After `count` jobs were appended to a lane: counts them in `pendingJobs` and decides
+  /// who must wake (`wakeForLaneWork`). Pool lock held.
+  @inline(__always)
+  private func publishLaneJobs(_ count: Int, _ state: inout State) -> Wake {
+    // Sequentially consistent: pairs with a spinner's increment of `searching` followed by
+    // its load of `pendingJobs` (Dekker): either it sees these jobs, or we see it searching.
+    pendingJobs.wrappingAdd(count, ordering: .sequentiallyConsistent)
+    return wakeForLaneWork(&state)
   }
 
   /// Who must wake for a job just put in a lane: nobody if a worker is searching (it will
