@@ -204,3 +204,72 @@ import Testing
     expectMessage(result, "Group.leave() called more times than enter()")
   }
 }
+
+@Suite struct GroupGenerationTests {
+  /// A waiter asleep while the count goes 1 → 0 → 1 wakes: the generation it waited on
+  /// ended. (Before the count and the generation shared one word, it woke, saw the count
+  /// at 1 again and slept on until its timeout.)
+  @Test func aWaiterWakesForABriefReturnToZero() {
+    let group = Group()
+    group.enter()
+    let result = Shared<WaitResult?>(nil)
+    let waiter = SyncTestThread.start { result.value = group.wait(timeout: .seconds(120)) }
+    #expect(waiter.waitUntilSleeping())
+    group.leave()
+    group.enter()  // At once: the count is 1 again before the waiter can look.
+    #expect(waiter.join(seconds: 30))
+    #expect(result.value == .success)
+    // The new generation is outstanding: a new waiter must wait for it.
+    #expect(group.wait(timeout: .now + .milliseconds(5)) == .timedOut)
+    group.leave()
+    #expect(group.wait(timeout: .now) == .success)
+  }
+
+  /// A notification belongs to the generation current when it was registered: it runs
+  /// when that generation ends, even if new work entered before the `leave` that ended it
+  /// looked at the list; one registered after a new `enter` waits for the next zero.
+  @Test func notificationsRunWhenTheirGenerationEnds() {
+    let group = Group()
+    let queue = Queue(label: "notify-generations")
+    let first = Semaphore(value: 0)
+    let second = Shared<Bool>(false)
+    let secondRan = Semaphore(value: 0)
+    group.enter()
+    group.notify(queue: queue) { first.signal() }
+    group.leave()  // Generation 0 ends: the first notification is due.
+    group.enter()
+    group.notify(queue: queue) {
+      second.value = true
+      secondRan.signal()
+    }
+    #expect(first.wait(timeout: .seconds(30)) == .success)
+    // Drain the queue once: the second notification must not have run.
+    queue.sync {}
+    #expect(second.value == false)
+    group.leave()
+    #expect(secondRan.wait(timeout: .seconds(30)) == .success)
+  }
+
+  /// Many threads entering and leaving while others wait: every waiter returns, and a
+  /// waiter never returns while the work it waited for is still outstanding.
+  @Test func waitersNeverReturnEarlyUnderChurn() {
+    let group = Group()
+    let rounds = 2_000
+    let outstanding = Atomic<Int>(0)
+    let early = Atomic<Int>(0)
+    for _ in 0..<rounds {
+      group.enter()
+      outstanding.wrappingAdd(1, ordering: .relaxed)
+      Queue.global().async {
+        outstanding.wrappingSubtract(1, ordering: .relaxed)
+        group.leave()
+      }
+      if group.wait(timeout: .seconds(30)) == .success,
+        outstanding.load(ordering: .relaxed) != 0
+      {
+        early.wrappingAdd(1, ordering: .relaxed)
+      }
+    }
+    #expect(early.load(ordering: .relaxed) == 0)
+  }
+}

@@ -230,9 +230,9 @@ class SourceCore: @unchecked Sendable {
       // inline too, instead of racing this thread's unlock and going to the pool.
       var mustFinish = false
       let ran = IODriver.shared.runInline {
-        queue.withChainFrames { mustFinish = deliverWithoutFinishing() }
+        queue.withLockedChainFrames { mustFinish = deliverWithoutFinishing() }
       }
-      queue.unlockSyncChain(upTo: nil)
+      queue.unlockSyncChain()
       if ran {
         if mustFinish { finishDelivery() }
         return .ranInline
@@ -303,8 +303,8 @@ extension Queue {
     if kind == .main {
       ThreadFrame.with(self, exclusive: true, body)
     } else {
-      ThreadFrame.with(Queue.main, exclusive: true) { withChainFrames(body) }
-      unlockSyncChain(upTo: nil)  // Stops at the main queue, released next.
+      ThreadFrame.with(Queue.main, exclusive: true) { withLockedChainFrames(body) }
+      unlockSyncChain()  // The serial queues claimed; the main queue is released next.
     }
     Queue.main.releaseSyncLock()
     return true

@@ -180,9 +180,14 @@ extension Queue {
 
   /// Tries to take SYNC_LOCKED on this queue and every serial queue up its target chain.
   /// Returns false (holding nothing) if any is busy or the chain has a concurrent queue.
+  ///
+  /// Each queue locked records the next one locked (`syncChainNext`), and the unlock
+  /// follows those links, not `target`: a `setTarget` while the chain is held changes where
+  /// later work goes, never which locks this holder releases.
   @inline(__always)
   func trySyncLockChain() -> Bool {
     var queue = self
+    var previous: Queue? = nil
     while true {
       guard queue.kind == .serial, queue.incoming.load(ordering: .relaxed) == nil,
         queue.backlogHead.load(ordering: .relaxed) == nil
@@ -190,12 +195,15 @@ extension Queue {
       let (locked, _) = queue.state.compareExchange(
         expected: 0, desired: SerialState.syncLocked, ordering: .sequentiallyConsistent)
       guard locked else { break }
+      queue.syncChainNext = nil
+      previous?.syncChainNext = Unmanaged.passUnretained(queue)
+      previous = queue
       let next = queue.target!
       if case .root = next.kind { return true }
       queue = next
     }
-    // Undo the locks taken below `queue`.
-    if queue !== self { unlockSyncChain(upTo: queue) }
+    // Undo the locks taken (linked from `self` to `previous`).
+    if previous != nil { unlockSyncChain() }
     return false
   }
 
@@ -203,8 +211,12 @@ extension Queue {
   /// queue at its end, if all are idle; returns false holding nothing otherwise (or if the
   /// chain ends at a global queue). Main loop thread only: holding the main queue is only
   /// right on the main thread.
+  ///
+  /// The serial queues locked are linked as in `trySyncLockChain`; the main queue is not
+  /// part of the links (the caller releases it with `releaseSyncLock`).
   func tryClaimChainEndingAtMain() -> Bool {
     var queue = self
+    var previous: Queue? = nil
     while true {
       guard queue.isSerialLike, queue.incoming.load(ordering: .relaxed) == nil,
         queue.backlogHead.load(ordering: .relaxed) == nil
@@ -213,11 +225,14 @@ extension Queue {
         expected: 0, desired: SerialState.syncLocked, ordering: .sequentiallyConsistent)
       guard locked else { break }
       if queue.kind == .main { return true }
+      queue.syncChainNext = nil
+      previous?.syncChainNext = Unmanaged.passUnretained(queue)
+      previous = queue
       guard let next = queue.target else { break }
       queue = next
     }
-    // Undo the locks taken below `queue` (the main queue is never locked when we get here).
-    if queue !== self { unlockSyncChain(upTo: queue) }
+    // Undo the serial locks taken (the main queue is never locked when we get here).
+    if previous != nil { unlockSyncChain() }
     return false
   }
 
@@ -228,13 +243,19 @@ extension Queue {
     if serialHasPendingItems { wakeUp() }
   }
 
-  /// Releases SYNC_LOCKED from this queue up to (not including) `stop` (nil: to the root).
-  func unlockSyncChain(upTo stop: Queue?) {
-    var queue = self
-    while queue !== stop, queue.kind == .serial {
-      queue.state.wrappingSubtract(SerialState.syncLocked, ordering: .sequentiallyConsistent)
-      if queue.serialHasPendingItems { queue.wakeUp() }
-      queue = queue.target!
+  /// Releases the SYNC_LOCKED bits that `trySyncLockChain` or `tryClaimChainEndingAtMain`
+  /// took, starting with this queue and following `syncChainNext` (not `target`, which may
+  /// have changed meanwhile). The main queue, if claimed, is released separately.
+  func unlockSyncChain() {
+    var queue: Queue? = self
+    while let current = queue {
+      // Read the link before the release: afterwards another thread may lock the queue
+      // and overwrite it.
+      let next = current.syncChainNext?.takeUnretainedValue()
+      current.state.wrappingSubtract(
+        SerialState.syncLocked, ordering: .sequentiallyConsistent)
+      if current.serialHasPendingItems { current.wakeUp() }
+      queue = next
     }
   }
 

@@ -46,9 +46,9 @@ extension Queue {
         }
       } else if trySyncLockChain() {
         countSubmission()
-        withChainFrames(body)
+        withLockedChainFrames(body)
         countCompletionExclusive()
-        unlockSyncChain(upTo: nil)
+        unlockSyncChain()
         return
       }
       syncSlow(barrier: barrier, body)
@@ -65,8 +65,20 @@ extension Queue {
     }
   }
 
+  /// Runs `body` with frames pushed for this queue and every queue linked after it by
+  /// `syncChainNext`: the chain this thread locked (`trySyncLockChain`,
+  /// `tryClaimChainEndingAtMain`), whatever `setTarget` does meanwhile.
+  /// The ancestors' frames are pushed first, so this queue's frame is innermost.
+  func withLockedChainFrames(_ body: () -> Void) {
+    if let next = syncChainNext?.takeUnretainedValue() {
+      next.withLockedChainFrames { ThreadFrame.with(self, exclusive: true, body) }
+    } else {
+      ThreadFrame.with(self, exclusive: true, body)
+    }
+  }
+
   /// Runs `body` with frames pushed for this queue and every serial queue up its target
-  /// chain (all held on this thread's behalf during a `sync`).
+  /// chain (held on this thread's behalf by the drainer that handed it a `sync` turn).
   /// The ancestors' frames are pushed first, so this queue's frame is innermost.
   func withChainFrames(_ body: () -> Void) {
     if let next = target, next.kind == .serial {

@@ -65,6 +65,14 @@ public final class Queue: @unchecked Sendable {
   /// Only touched by the thread holding SCHEDULED.
   var backlogTail: UnsafeMutablePointer<ItemNode>?
 
+  /// The next queue up the target chain whose SYNC_LOCKED was taken together with this
+  /// queue's (nil: none), so the holder releases exactly what it locked even if `setTarget`
+  /// moves the chain meanwhile. Only touched by the thread holding this queue's SYNC_LOCKED
+  /// (written after the acquiring CAS, read before the releasing subtract). Unretained:
+  /// every target a queue ever had stays retained for the queue's life (`firstTarget`,
+  /// `extras.targetsKeptAlive`), and the holder keeps the queue itself alive.
+  var syncChainNext: Unmanaged<Queue>?
+
   // MARK: Concurrent state
 
   /// Present for custom concurrent queues. Protected by its own lock.

@@ -4,75 +4,124 @@ import Synchronization
 /// Tracks a set of work: `enter` before each piece, `leave` after it; `wait` and `notify`
 /// act when the count returns to zero.
 ///
+/// The state word (`state`, atomic) packs the count and the generation, so that reaching
+/// zero and ending a generation are one atomic step:
+///
+/// | bits    | name       | meaning                                                       |
+/// | ------- | ---------- | ------------------------------------------------------------- |
+/// | 0...31  | COUNT      | outstanding work (`enter`s minus `leave`s)                    |
+/// | 32...63 | GENERATION | how many times the count has returned to zero (wrapping)      |
+///
 /// Walk-through:
-/// 1. `count` is atomic. `enter` increments it; `leave` decrements it (releasing, so the
-///    work's effects are visible to whoever sees zero).
-/// 2. The `leave` that reaches zero bumps `generation`, wakes sleeping waiters (only if any
-///    are registered) and submits the pending notifications, each once.
-/// 3. `wait` returns at once on zero; otherwise it sleeps on `generation` until it changes.
+/// 1. `enter` adds one to COUNT. `leave` takes one away with a compare-and-swap that, when
+///    COUNT goes 1 → 0, also adds one to GENERATION: that generation has ended.
+/// 2. The `leave` that ended a generation rings `doorbell` (a futex word) and wakes its
+///    sleepers if any are registered, then submits the notifications registered during the
+///    generation it ended, each once.
+/// 3. `wait` returns at once on zero; otherwise it notes the generation it saw and sleeps on
+///    the doorbell until GENERATION moves past it. A waiter therefore returns for every
+///    return to zero after it started, however brief (`leave` then `enter` at once), and
+///    never for one that happened before it started.
 /// 4. `notify` on an empty group submits at once; otherwise it is kept, under the lock,
-///    until the next return to zero (re-checked under the lock so no zero is missed).
+///    with the generation it belongs to, until that generation ends.
 ///
 /// An unbalanced `leave` is a client bug and traps.
 public final class Group: @unchecked Sendable {
-  // @unchecked Sendable: counters are atomic; `notifications` is behind its lock.
-  private let count = Atomic<Int>(0)
-  private let generation = FutexWord(0)
+  // @unchecked Sendable: the state and the doorbell are atomic; `notifications` is behind
+  // its lock.
+  private let state = Atomic<UInt64>(0)
+  /// Rung (incremented) after each generation ends; waiters sleep on it. Only a hint: the
+  /// truth is GENERATION in `state`, which a waiter re-reads after every wake.
+  private let doorbell = FutexWord(0)
+  /// Atomic. Waiters registered to be woken.
   private let sleepers = Atomic<Int>(0)
-  private let notifications = LockedValue<[(Queue, @Sendable () -> Void)]>([])
+  /// Protected by its lock. Each entry names the generation that must end before it runs.
+  private let notifications = LockedValue<[PendingNotification]>([])
+
+  private static let countMask: UInt64 = 0xFFFF_FFFF
+  private static let generationOne: UInt64 = 1 << 32
+
+  private struct PendingNotification {
+    let generation: UInt32
+    let queue: Queue
+    let work: @Sendable () -> Void
+  }
 
   /// Creates an empty group.
   public init() {}
 
   /// Counts one more piece of outstanding work.
   public func enter() {
-    count.wrappingAdd(1, ordering: .relaxed)
+    let previous = state.wrappingAdd(1, ordering: .relaxed).oldValue
+    if previous & Self.countMask == Self.countMask {
+      clientBug("Group.enter() called 4294967295 times without a leave() (count overflow)")
+    }
   }
 
   /// Marks one piece of work done. More `leave`s than `enter`s is a client bug.
   public func leave() {
     // Sequentially consistent (it also releases this work's writes to `wait` and `notify`):
-    // with the load of `sleepers` in `becameEmpty` it is one side of a Dekker pair whose
-    // other side is the waiter's increment of `sleepers` then its load of `count`. Both
-    // sides must be sequentially consistent for "either the waiter sees zero, or we see the
-    // waiter" to hold; a releasing decrement would let the load of `sleepers` be ordered
-    // before it.
-    let remaining = count.wrappingSubtract(1, ordering: .sequentiallyConsistent).newValue
-    if remaining > 0 { return }
-    if remaining < 0 {
-      clientBug("Group.leave() called more times than enter() (count \(remaining))")
+    // with the load of `sleepers` in `generationEnded` it is one side of a Dekker pair whose
+    // other side is the waiter's increment of `sleepers` then its load of `state`. Both
+    // sides must be sequentially consistent for "either the waiter sees the new generation,
+    // or we see the waiter" to hold.
+    var current = state.load(ordering: .relaxed)
+    while true {
+      let count = current & Self.countMask
+      if count == 0 {
+        clientBug("Group.leave() called more times than enter() (count -1)")
+      }
+      let desired =
+        count == 1 ? (current & ~Self.countMask) &+ Self.generationOne : current - 1
+      let (exchanged, original) = state.compareExchange(
+        expected: current, desired: desired, ordering: .sequentiallyConsistent)
+      if exchanged {
+        if count == 1 { generationEnded(UInt32(truncatingIfNeeded: current >> 32)) }
+        return
+      }
+      current = original
     }
-    becameEmpty()
   }
 
-  private func becameEmpty() {
-    let ready = notifications.withLock { list -> [(Queue, @Sendable () -> Void)] in
-      // Re-check under the lock: an enter may already have made the group busy again, in
-      // which case the notifications wait for the next zero.
-      guard count.load(ordering: .acquiring) == 0 else { return [] }
-      let taken = list
-      list = []
-      return taken
+  /// After the `leave` that ended `ended`: wakes the waiters and runs its notifications.
+  private func generationEnded(_ ended: UInt32) {
+    // Sequentially consistent, like the decrement: the waiter loads the doorbell before it
+    // re-reads `state` and sleeps only while the doorbell is unchanged.
+    doorbell.atomic.pointee.wrappingAdd(1, ordering: .sequentiallyConsistent)
+    if sleepers.load(ordering: .sequentiallyConsistent) > 0 { doorbell.wake(Int32.max) }
+    let ready = notifications.withLock { list -> [PendingNotification] in
+      // Entries of later generations (registered after a new `enter`) stay.
+      guard !list.isEmpty else { return [] }
+      var due: [PendingNotification] = []
+      list.removeAll { entry in
+        // Wrapping distance: `entry.generation` is `ended` or older.
+        let isDue = Int32(bitPattern: ended &- entry.generation) >= 0
+        if isDue { due.append(entry) }
+        return isDue
+      }
+      return due
     }
-    // Sequentially consistent like the decrement above (the same Dekker pair: the waiter
-    // loads `generation` before it re-checks `count` and sleeps only while it is unchanged).
-    generation.atomic.pointee.wrappingAdd(1, ordering: .sequentiallyConsistent)
-    if sleepers.load(ordering: .sequentiallyConsistent) > 0 { generation.wake(Int32.max) }
-    for (queue, work) in ready { queue.async(execute: work) }
+    for entry in ready { entry.queue.async(execute: entry.work) }
   }
 
   /// Waits until the group is empty or `deadline` passes.
+  ///
+  /// Returns `.success` when the count is zero now or returns to zero while this call
+  /// waits, even if new work enters at once afterwards.
   @discardableResult
   public func wait(timeout deadline: Deadline = .distantFuture) -> WaitResult {
-    if count.load(ordering: .acquiring) == 0 { return .success }
+    let first = state.load(ordering: .acquiring)
+    if first & Self.countMask == 0 { return .success }
+    let started = first >> 32
     sleepers.wrappingAdd(1, ordering: .sequentiallyConsistent)
     defer { sleepers.wrappingSubtract(1, ordering: .sequentiallyConsistent) }
     while true {
-      let seen = generation.atomic.pointee.load(ordering: .acquiring)
-      if count.load(ordering: .sequentiallyConsistent) == 0 { return .success }
-      if !generation.wait(whileEqualTo: seen, until: deadline) {
-        return count.load(ordering: .acquiring) == 0 ? .success : .timedOut
-      }
+      let rung = doorbell.atomic.pointee.load(ordering: .sequentiallyConsistent)
+      let now = state.load(ordering: .sequentiallyConsistent)
+      // Acquiring through the sequentially consistent load: the work of the generation
+      // that ended is visible to the caller.
+      if now >> 32 != started || now & Self.countMask == 0 { return .success }
+      if !doorbell.wait(whileEqualTo: rung, until: deadline) { return .timedOut }
     }
   }
 
@@ -83,11 +132,17 @@ public final class Group: @unchecked Sendable {
   }
 
   /// Submits `work` to `queue` when the group is next empty (at once if it is empty now).
-  /// Each notification runs once.
+  /// Each notification runs once, when the generation current at this call ends.
   public func notify(queue: Queue, execute work: @escaping @Sendable () -> Void) {
     let now = notifications.withLock { list -> Bool in
-      if count.load(ordering: .acquiring) == 0 { return true }
-      list.append((queue, work))
+      // Under the lock: the `leave` that ends this generation takes the lock after its
+      // compare-and-swap, so it finds this entry, or this load already sees the new
+      // generation (count zero, or a later generation that this entry then belongs to).
+      let current = state.load(ordering: .acquiring)
+      if current & Self.countMask == 0 { return true }
+      list.append(
+        PendingNotification(
+          generation: UInt32(truncatingIfNeeded: current >> 32), queue: queue, work: work))
       return false
     }
     if now { queue.async(execute: work) }
