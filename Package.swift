@@ -55,7 +55,7 @@ let package = Package(
     // ...and the rest, in Swift (`@_cdecl` entry points over LoopDispatch).
     .target(
       name: "LoopDispatchC",
-      dependencies: ["LoopDispatch", "MainLoop"],
+      dependencies: ["LoopDispatch", "MainLoop", "CLoopShims"],
       swiftSettings: strict
     ),
     .executableTarget(

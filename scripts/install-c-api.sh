@@ -10,7 +10,8 @@ prefix="$(mkdir -p "${1:?usage: $0 PREFIX}" && cd "$1" && pwd)"
 pcdir="$(scripts/c-api.sh release | tail -n 1)"
 libdir="$(dirname "$pcdir")"
 install -d "$prefix/include/dispatch" "$prefix/lib/pkgconfig"
-install -m 644 Sources/CDispatch/include/dispatch/dispatch.h "$prefix/include/dispatch/"
+install -m 644 Sources/CDispatch/include/dispatch/dispatch.h \
+  Sources/CDispatch/include/dispatch/private.h "$prefix/include/dispatch/"
 install -m 755 "$libdir/libloopdispatch.so" "$prefix/lib/"
 install -m 644 "$libdir/libloopdispatch-static.a" "$prefix/lib/"
 for name in loopdispatch loopdispatch-static; do

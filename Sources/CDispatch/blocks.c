@@ -32,6 +32,7 @@ static void run_apply_block(void *context, size_t index) {
 }
 
 static int is_barrier_block(dispatch_block_t block);
+static int qos_index(dispatch_qos_class_t qos);
 
 void dispatch_async(dispatch_queue_t queue, dispatch_block_t block) {
   if (is_barrier_block(block)) {
@@ -160,7 +161,11 @@ static void dispose_block_object(const void *block) {
 static const struct block_descriptor block_object_descriptor = {
     0, sizeof(struct dispatch_block_object), copy_block_object, dispose_block_object};
 
+// The flags libdispatch accepts (the public ones and two private bits); others: NULL.
+enum { block_flags_known = 0xff };
+
 dispatch_block_t dispatch_block_create(dispatch_block_flags_t flags, dispatch_block_t block) {
+  if (flags & ~(dispatch_block_flags_t)block_flags_known) return NULL;
   struct dispatch_block_object *made = malloc(sizeof *made);
   if (made == NULL) {  // Not the client's bug: the process is out of memory.
     fputs("LOOPDISPATCH CANNOT CONTINUE: out of memory in dispatch_block_create\n", stderr);
@@ -179,8 +184,9 @@ dispatch_block_t dispatch_block_create(dispatch_block_flags_t flags, dispatch_bl
 dispatch_block_t dispatch_block_create_with_qos_class(
     dispatch_block_flags_t flags, dispatch_qos_class_t qos_class, int relative_priority,
     dispatch_block_t block) {
-  (void)qos_class;  // QoS is not modelled; the block behaves as dispatch_block_create's.
-  (void)relative_priority;
+  // As libdispatch: an unknown class or a relative priority outside -15...0 is refused.
+  if (qos_index(qos_class) < 0 || relative_priority > 0 || relative_priority < -15) return NULL;
+  // QoS is not modelled further; the block behaves as dispatch_block_create's.
   return dispatch_block_create(flags, block);
 }
 
@@ -238,64 +244,85 @@ intptr_t dispatch_block_testcancel(dispatch_block_t block) {
 struct dispatch_queue_attr_s {
   unsigned char concurrent;
   unsigned char inactive;
-  unsigned char qos;  // A dispatch_qos_class_t value; 0: unspecified.
+  unsigned char qos;             // A dispatch_qos_class_t value; 0: unspecified.
+  signed char relative_priority;  // -15...0, with a QoS class.
 };
 
-struct dispatch_queue_attr_s _dispatch_queue_attr_concurrent = {1, 0, 0};
+struct dispatch_queue_attr_s _dispatch_queue_attr_concurrent = {1, 0, 0, 0};
 
-enum { qos_count = 6 };
+// libdispatch's QoS class numbers (<sys/qos.h> on Darwin; Linux has no header for them):
+// unspecified, maintenance, background, utility, default, user-initiated, user-interactive.
+enum { qos_count = 7, relative_priorities = 16 };
 static const dispatch_qos_class_t qos_classes[qos_count] = {
-    QOS_CLASS_UNSPECIFIED, QOS_CLASS_BACKGROUND,       QOS_CLASS_UTILITY,
-    QOS_CLASS_DEFAULT,     QOS_CLASS_USER_INITIATED, QOS_CLASS_USER_INTERACTIVE,
-};
-static struct dispatch_queue_attr_s attributes[2][2][qos_count];
+    0x00, 0x05, 0x09, 0x11, 0x15, 0x19, 0x21};
+static struct dispatch_queue_attr_s attributes[2][2][qos_count][relative_priorities];
 
+// The index of a QoS class, or -1 for a number that is not one.
 static int qos_index(dispatch_qos_class_t qos) {
   for (int i = 0; i < qos_count; i++) {
     if (qos_classes[i] == qos) return i;
   }
-  return 0;
+  return -1;
 }
 
-static dispatch_queue_attr_t attribute(int concurrent, int inactive, int qos) {
+static dispatch_queue_attr_t attribute(int concurrent, int inactive, int qos, int relative) {
+  if (qos == 0) relative = 0;
   if (concurrent && !inactive && qos == 0) return &_dispatch_queue_attr_concurrent;
   if (!concurrent && !inactive && qos == 0) return DISPATCH_QUEUE_SERIAL;
-  struct dispatch_queue_attr_s *attr = &attributes[concurrent][inactive][qos];
+  struct dispatch_queue_attr_s *attr = &attributes[concurrent][inactive][qos][-relative];
   // Filling the constant is idempotent: racing callers write the same bytes.
   attr->concurrent = (unsigned char)concurrent;
   attr->inactive = (unsigned char)inactive;
   attr->qos = (unsigned char)qos_classes[qos];
+  attr->relative_priority = (signed char)relative;
   return attr;
 }
 
+static int attr_qos_index(dispatch_queue_attr_t attr) {
+  return attr ? qos_index(attr->qos) : 0;
+}
+
 dispatch_queue_attr_t dispatch_queue_attr_make_initially_inactive(dispatch_queue_attr_t attr) {
-  return attribute(attr ? attr->concurrent : 0, 1, attr ? qos_index(attr->qos) : 0);
+  return attribute(
+      attr ? attr->concurrent : 0, 1, attr_qos_index(attr), attr ? attr->relative_priority : 0);
 }
 
 dispatch_queue_attr_t dispatch_queue_attr_make_with_qos_class(
     dispatch_queue_attr_t attr, dispatch_qos_class_t qos_class, int relative_priority) {
-  (void)relative_priority;  // Priorities within a QoS class are not modelled.
-  return attribute(attr ? attr->concurrent : 0, attr ? attr->inactive : 0, qos_index(qos_class));
+  // As libdispatch: an unknown class or a relative priority outside -15...0 leaves the
+  // attribute as it was.
+  int qos = qos_index(qos_class);
+  if (qos < 0 || relative_priority > 0 || relative_priority < -15) return attr;
+  return attribute(attr ? attr->concurrent : 0, attr ? attr->inactive : 0, qos, relative_priority);
+}
+
+dispatch_queue_attr_t dispatch_queue_attr_make_with_autorelease_frequency(
+    dispatch_queue_attr_t attr, dispatch_autorelease_frequency_t frequency) {
+  (void)frequency;  // There are no autorelease pools on Linux: nothing to change.
+  return attr;
 }
 
 // Implemented in Swift: creates the queue from the decoded attribute.
 extern dispatch_queue_t _loopdispatch_queue_create(
-    const char *label, int concurrent, int inactive, int qos);
+    const char *label, int concurrent, int inactive, int qos, int relative_priority);
+
+static dispatch_queue_t create_queue(const char *label, dispatch_queue_attr_t attr, int inactive) {
+  return _loopdispatch_queue_create(
+      label, attr ? attr->concurrent : 0, inactive, attr ? attr->qos : 0,
+      attr ? attr->relative_priority : 0);
+}
 
 dispatch_queue_t dispatch_queue_create(const char *label, dispatch_queue_attr_t attr) {
-  return _loopdispatch_queue_create(
-      label, attr ? attr->concurrent : 0, attr ? attr->inactive : 0, attr ? attr->qos : 0);
+  return create_queue(label, attr, attr ? attr->inactive : 0);
 }
 
 dispatch_queue_t dispatch_queue_create_with_target(
     const char *label, dispatch_queue_attr_t attr, dispatch_queue_t target) {
   // Created inactive so that the target is set before any work can run, then activated
   // unless the caller asked for an inactive queue.
-  int inactive = attr ? attr->inactive : 0;
-  dispatch_queue_t queue =
-      _loopdispatch_queue_create(label, attr ? attr->concurrent : 0, 1, attr ? attr->qos : 0);
+  dispatch_queue_t queue = create_queue(label, attr, 1);
   if (target != NULL) dispatch_set_target_queue(queue, target);
-  if (!inactive) dispatch_activate(queue);
+  if (!(attr && attr->inactive)) dispatch_activate(queue);
   return queue;
 }
 
@@ -342,6 +369,7 @@ const struct dispatch_source_type_s _dispatch_source_type_timer = {3};
 const struct dispatch_source_type_s _dispatch_source_type_signal = {4};
 const struct dispatch_source_type_s _dispatch_source_type_data_add = {5};
 const struct dispatch_source_type_s _dispatch_source_type_data_or = {6};
+const struct dispatch_source_type_s _dispatch_source_type_data_replace = {7};
 
 // Implemented in Swift.
 extern dispatch_source_t _loopdispatch_source_create(
@@ -397,13 +425,17 @@ void dispatch_source_set_registration_handler_f(
 // Implemented in Swift: writes a one-line description of `object` into `buffer`.
 extern void _loopdispatch_describe(void *object, char *buffer, size_t size);
 
-void dispatch_debug(dispatch_object_t object, const char *message, ...) {
+void dispatch_debugv(dispatch_object_t object, const char *message, va_list arguments) {
   char description[256];
   _loopdispatch_describe(object._do, description, sizeof description);
   char text[512];
+  vsnprintf(text, sizeof text, message, arguments);
+  fprintf(stderr, "%s: %s\n", description, text);
+}
+
+void dispatch_debug(dispatch_object_t object, const char *message, ...) {
   va_list arguments;
   va_start(arguments, message);
-  vsnprintf(text, sizeof text, message, arguments);
+  dispatch_debugv(object, message, arguments);
   va_end(arguments);
-  fprintf(stderr, "%s: %s\n", description, text);
 }

@@ -28,11 +28,16 @@ struct CContext: Sendable {
   var pointer: UnsafeMutableRawPointer? { UnsafeMutableRawPointer(bitPattern: bits) }
 }
 
-/// The C context and finalizer of an object that is not a queue.
+/// The C context, finalizer and target of an object that is not a queue.
 class CObjectBase: @unchecked Sendable {
-  // @unchecked Sendable: both fields are behind `lock`.
-  private let lock = LockedValue<(context: UnsafeMutableRawPointer?, finalizer: CFinalizer?)>(
-    (nil, nil))
+  // @unchecked Sendable: the fields are behind `lock`.
+  private struct Fields {
+    var context: UnsafeMutableRawPointer?
+    var finalizer: CFinalizer?
+    /// Where the finalizer runs (`dispatch_set_target_queue`); nil: on the releasing thread.
+    var target: Queue?
+  }
+  private let lock = LockedValue(Fields())
 
   var context: UnsafeMutableRawPointer? {
     get { lock.withLock { $0.context } }
@@ -41,11 +46,19 @@ class CObjectBase: @unchecked Sendable {
 
   func setFinalizer(_ finalizer: CFinalizer?) { lock.withLock { $0.finalizer = finalizer } }
 
+  func setTarget(_ target: Queue) { lock.withLock { $0.target = target } }
+
   deinit {
-    // The last release: the finalizer gets the context, on the releasing thread (libdispatch
-    // runs it on the object's target queue; groups and semaphores have none).
-    let (context, finalizer) = lock.withLock { ($0.context, $0.finalizer) }
-    finalizer?(context)
+    // The last release. As libdispatch: the finalizer runs only for a non-NULL context, on
+    // the object's target queue if one was set, else on the releasing thread.
+    let fields = lock.withLock { $0 }
+    guard let finalizer = fields.finalizer, let context = fields.context else { return }
+    let call = CWork(function: finalizer, context: context)
+    if let target = fields.target {
+      target.async { call.run() }
+    } else {
+      call.run()
+    }
   }
 }
 
@@ -186,7 +199,10 @@ public func cDispatchSetFinalizerF(
       return
     }
     let call = CWork(function: finalizer, context: nil)
-    queue.setFinalizer { value in call.function((value as? CContext)?.pointer) }
+    // As libdispatch: a finalizer is called only for a non-NULL context.
+    queue.setFinalizer { value in
+      if let context = (value as? CContext)?.pointer { call.function(context) }
+    }
   case let other as CObjectBase: other.setFinalizer(finalizer)
   default: clientBug("dispatch_set_finalizer_f called with an unknown object")
   }

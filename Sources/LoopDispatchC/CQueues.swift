@@ -1,3 +1,4 @@
+import CLoopShims
 import Glibc
 import LoopDispatch
 import MainLoop
@@ -17,6 +18,15 @@ private final class CLabel: Sendable {
 
 private let labelKey = SpecificKey<CLabel>()
 
+/// The QoS class and relative priority a C queue was created with
+/// (`dispatch_queue_get_qos_class`), kept on the queue as a specific value.
+private struct CQueueQoS: Sendable {
+  let qos: UInt32
+  let relativePriority: Int32
+}
+
+private let qosKey = SpecificKey<CQueueQoS>()
+
 /// Held while a label is installed on a queue made in Swift; counts the installations.
 private let labelInstallation = LockedValue(0)
 
@@ -32,7 +42,8 @@ private let processLifetimeLabels: [ObjectIdentifier: CLabel] = {
 
 @_cdecl("_loopdispatch_queue_create")
 public func cLoopdispatchQueueCreate(
-  _ label: UnsafePointer<CChar>?, _ concurrent: Int32, _ inactive: Int32, _ qos: Int32
+  _ label: UnsafePointer<CChar>?, _ concurrent: Int32, _ inactive: Int32, _ qos: Int32,
+  _ relativePriority: Int32
 ) -> UnsafeMutableRawPointer {
   var attributes: Queue.Attributes = []
   if concurrent != 0 { attributes.insert(.concurrent) }
@@ -41,7 +52,52 @@ public func cLoopdispatchQueueCreate(
   let target = qos == 0 ? nil : Queue.global(priority(ofQoS: qos))
   let queue = Queue(label: text, attributes: attributes, target: target)
   queue.setSpecific(key: labelKey, value: CLabel(text))
+  if qos != 0 {
+    queue.setSpecific(
+      key: qosKey, value: CQueueQoS(qos: UInt32(qos), relativePriority: relativePriority))
+  }
   return CHandle.retained(queue)
+}
+
+@_cdecl("dispatch_queue_get_qos_class")
+public func cDispatchQueueGetQoSClass(
+  _ raw: UnsafeMutableRawPointer?, _ relativePriority: UnsafeMutablePointer<Int32>?
+) -> UInt32 {
+  let queue = CHandle.queue(raw, "dispatch_queue_get_qos_class")
+  var found = queue.ownSpecific(key: qosKey) ?? CQueueQoS(qos: 0, relativePriority: 0)
+  if case .some(let priority) = globalPriority(of: queue) {
+    found = CQueueQoS(qos: qosClass(of: priority), relativePriority: 0)
+  }
+  relativePriority?.pointee = found.relativePriority
+  return found.qos
+}
+
+/// The priority of a global queue, or nil for any other queue.
+private func globalPriority(of queue: Queue) -> Priority? {
+  Priority.allCases.first { Queue.global($0) === queue }
+}
+
+/// The QoS class libdispatch gives each global queue.
+private func qosClass(of priority: Priority) -> UInt32 {
+  switch priority {
+  case .high: return 0x19
+  case .default: return 0x15
+  case .low: return 0x11
+  case .background: return 0x09
+  }
+}
+
+@_cdecl("dispatch_queue_set_width")
+public func cDispatchQueueSetWidth(_ raw: UnsafeMutableRawPointer?, _ width: Int) {
+  let queue = CHandle.queue(raw, "dispatch_queue_set_width")
+  let chosen: Int
+  switch width {
+  case 0: chosen = 1  // As libdispatch: 0 means 1.
+  case 1...: chosen = width
+  case -1: chosen = Int(cls_available_cpus())  // DISPATCH_QUEUE_WIDTH_ACTIVE_CPUS
+  default: chosen = max(1, sysconf(Int32(_SC_NPROCESSORS_CONF)))  // Physical and logical.
+  }
+  queue.setWidth(chosen)
 }
 
 /// libdispatch's QoS classes on LoopDispatch's four priorities.
@@ -90,12 +146,14 @@ public func cDispatchQueueGetLabel(_ raw: UnsafeMutableRawPointer?) -> UnsafePoi
     queue = Queue.current ?? (EventLoop.main.isInLoopThread ? Queue.main : Queue.global())
   }
   if let fixed = processLifetimeLabels[ObjectIdentifier(queue)] { return fixed.pointer }
-  if let label = queue.getSpecific(key: labelKey) { return label.pointer }
+  // The queue's own label, never one up its target chain (a Swift-made queue targeting a
+  // C-made one has none until it is made below).
+  if let label = queue.ownSpecific(key: labelKey) { return label.pointer }
   // A queue made in Swift: give it its C label now (kept for its life). Under a lock, so
   // that two first calls at once cannot each install one and free the other's, whose
   // pointer a caller already holds.
   return labelInstallation.withLock { installs in
-    if let label = queue.getSpecific(key: labelKey) { return label.pointer }
+    if let label = queue.ownSpecific(key: labelKey) { return label.pointer }
     installs &+= 1
     let label = CLabel(queue.label)
     queue.setSpecific(key: labelKey, value: label)
@@ -107,14 +165,21 @@ public func cDispatchQueueGetLabel(_ raw: UnsafeMutableRawPointer?) -> UnsafePoi
 public func cDispatchSetTargetQueue(
   _ object: UnsafeMutableRawPointer?, _ target: UnsafeMutableRawPointer?
 ) {
-  if let object, CHandle.object(object) is CSource {
+  // DISPATCH_TARGET_QUEUE_DEFAULT (NULL): the default-priority global queue.
+  let newTarget = target.map { CHandle.queue($0, "dispatch_set_target_queue") } ?? Queue.global()
+  switch CHandle.object(nonNull(object, "dispatch_set_target_queue")) {
+  case let queue as Queue:
+    // The main and global queues keep their place, as in libdispatch (no effect).
+    if queue === Queue.main || CHandle.isProcessLifetime(queue) { return }
+    queue.setTarget(newTarget)
+  case is CSource:
     clientBug(
       "dispatch_set_target_queue on a source: LoopDispatch binds a source to the queue it was "
         + "created with (create it with the queue it should deliver to)")
+  // Groups and semaphores: the target is where their finalizer runs.
+  case let other as CObjectBase: other.setTarget(newTarget)
+  default: wrongKind("dispatch_set_target_queue", "a dispatch object")
   }
-  let queue = CHandle.queue(object, "dispatch_set_target_queue")
-  let newTarget = target.map { CHandle.queue($0, "dispatch_set_target_queue") } ?? Queue.global()
-  queue.setTarget(newTarget)
 }
 
 @_cdecl("dispatch_async_f")

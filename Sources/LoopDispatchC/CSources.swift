@@ -19,6 +19,20 @@ final class CSource: CObjectBase, @unchecked Sendable {
     case signal = 4
     case dataAdd = 5
     case dataOr = 6
+    case dataReplace = 7
+
+    /// Whether libdispatch accepts `handle` and `mask` for this type (it returns NULL
+    /// otherwise): data sources take neither, fd and signal sources no mask, a timer a mask
+    /// of its flags (DISPATCH_TIMER_STRICT and the private background bit) and any handle,
+    /// a signal source a number from 1 to NSIG - 1.
+    func accepts(handle: UInt, mask: UInt) -> Bool {
+      switch self {
+      case .dataAdd, .dataOr, .dataReplace: return handle == 0 && mask == 0
+      case .read, .write: return mask == 0
+      case .timer: return mask & ~UInt(0x3) == 0
+      case .signal: return mask == 0 && handle >= 1 && handle < 65
+      }
+    }
   }
 
   init(source: Source, kind: Kind, handle: UInt, mask: UInt) {
@@ -42,6 +56,7 @@ public func cLoopdispatchSourceCreate(
   guard let kind = CSource.Kind(rawValue: tag) else {
     clientBug("dispatch_source_create called with an unknown or NULL source type")
   }
+  guard kind.accepts(handle: handle, mask: mask) else { return nil }
   // As libdispatch: a NULL queue means the default global queue.
   let target = queue.map { CHandle.queue($0, "dispatch_source_create") } ?? Queue.global()
   let source: Source
@@ -54,6 +69,7 @@ public func cLoopdispatchSourceCreate(
       source = try SignalSource(signal: Int32(truncatingIfNeeded: handle), queue: target)
     case .dataAdd: source = DataSource(merge: .add, queue: target)
     case .dataOr: source = DataSource(merge: .or, queue: target)
+    case .dataReplace: source = DataSource(merge: .replace, queue: target)
     }
   } catch {
     return nil  // libdispatch returns NULL for a source it cannot make.
@@ -138,7 +154,8 @@ public func cDispatchSourceGetMask(_ raw: UnsafeMutableRawPointer?) -> UInt {
 public func cDispatchSourceMergeData(_ raw: UnsafeMutableRawPointer?, _ value: UInt) {
   let owner = CHandle.source(raw, "dispatch_source_merge_data")
   guard let data = owner.source as? DataSource else {
-    clientBug("dispatch_source_merge_data on a source that is not DATA_ADD or DATA_OR")
+    clientBug(
+      "dispatch_source_merge_data on a source that is not DATA_ADD, DATA_OR or DATA_REPLACE")
   }
   data.post(value)
 }

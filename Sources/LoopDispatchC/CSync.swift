@@ -189,7 +189,8 @@ public func cDispatchQueueSetSpecific(
 public func cDispatchQueueGetSpecific(
   _ queue: UnsafeMutableRawPointer?, _ key: UnsafeRawPointer?
 ) -> UnsafeMutableRawPointer? {
-  CHandle.queue(queue, "dispatch_queue_get_specific").getSpecific(key: specificKey(key))?.context
+  // The queue's own value: only `dispatch_get_specific` walks the target chain.
+  CHandle.queue(queue, "dispatch_queue_get_specific").ownSpecific(key: specificKey(key))?.context
 }
 
 @_cdecl("dispatch_get_specific")

@@ -23,6 +23,18 @@
 
 extern void _Block_release(const void *block);  // BlocksRuntime (Block.h's Block_release).
 
+// Linux has no <sys/qos.h>: a program that wants the QoS class names defines them itself, as
+// here; the header must leave the names free (as libdispatch's Linux header does).
+typedef unsigned int qos_class_t;
+enum {
+  QOS_CLASS_USER_INTERACTIVE = 0x21,
+  QOS_CLASS_USER_INITIATED = 0x19,
+  QOS_CLASS_DEFAULT = 0x15,
+  QOS_CLASS_UTILITY = 0x11,
+  QOS_CLASS_BACKGROUND = 0x09,
+  QOS_CLASS_UNSPECIFIED = 0x00,
+};
+
 // dispatch_get_current_queue is deprecated (as in libdispatch) but part of the API under test.
 #pragma clang diagnostic ignored "-Wdeprecated-declarations"
 
@@ -705,7 +717,7 @@ static void on_main_before(void *context) {
     dispatch_after(dispatch_time(DISPATCH_TIME_NOW, 5 * NSEC_PER_MSEC), dispatch_get_main_queue(), ^{
       CHECK(atomic_fetch_add(&main_order, 1) == 11,
             "posted after dispatch_main: runs second, after the program's own event");
-      CHECK(pthread_self() == *(pthread_t *)dispatch_get_context(dispatch_get_main_queue()),
+      CHECK(pthread_equal(pthread_self(), main_thread_id),
             "main-queue work runs on the process main thread");
       printf("capi_tests: %d checks, %d failures\n", checks, failures);
       fflush(stdout);
@@ -740,7 +752,11 @@ int main(int argc, char **argv) {
   static pthread_t main_thread;
   main_thread = pthread_self();
   main_thread_id = main_thread;
+  // queue.h: the main and global queues ignore dispatch_set_context.
   dispatch_set_context(dispatch_get_main_queue(), &main_thread);
+  CHECK(dispatch_get_context(dispatch_get_main_queue()) == NULL, "main queue has no context");
+  dispatch_set_context(dispatch_get_global_queue(0, 0), &main_thread);
+  CHECK(dispatch_get_context(dispatch_get_global_queue(0, 0)) == NULL, "no global context");
   dispatch_async_f(dispatch_get_main_queue(), NULL, on_main_before);
   dispatch_main();
 }

@@ -16,10 +16,15 @@ struct ConcurrentState {
   var barrierRunning = false
   var suspendCount = 0
   var inactive: Bool
+  /// Items that may run at once (``Queue/setWidth(_:)`` changes it).
+  var width: Int
 
-  init(inactive: Bool) { self.inactive = inactive }
+  init(inactive: Bool, width: Int) {
+    self.inactive = inactive
+    self.width = width
+  }
 
-  func canStart(barrier: Bool, width: Int) -> Bool {
+  func canStart(barrier: Bool) -> Bool {
     if inactive || suspendCount > 0 || barrierRunning { return false }
     return barrier ? running == 0 : running < width
   }
@@ -33,9 +38,9 @@ struct ConcurrentState {
   }
 
   /// Removes and returns the items that may start now, in order.
-  mutating func takeStartable(width: Int) -> [TimedWork] {
+  mutating func takeStartable() -> [TimedWork] {
     var started: [TimedWork] = []
-    while let first = pending.first, canStart(barrier: first.work.isBarrier, width: width) {
+    while let first = pending.first, canStart(barrier: first.work.isBarrier) {
       _ = pending.popFirst()
       markStarted(barrier: first.work.isBarrier)
       started.append(first)
@@ -55,7 +60,7 @@ extension Queue {
     let item = TimedWork(work: work, enqueuedAt: Ticks.now())
     countSubmission()
     let startNow = concurrentState!.withLock { state -> Bool in
-      if state.pending.isEmpty && state.canStart(barrier: work.isBarrier, width: width) {
+      if state.pending.isEmpty && state.canStart(barrier: work.isBarrier) {
         state.markStarted(barrier: work.isBarrier)
         return true
       }
@@ -91,7 +96,7 @@ extension Queue {
     countCompletionShared()
     let started = concurrentState!.withLock { state -> [TimedWork] in
       state.markFinished(barrier: barrier)
-      return state.pending.isEmpty ? [] : state.takeStartable(width: width)
+      return state.pending.isEmpty ? [] : state.takeStartable()
     }
     for work in started { forward(work) }
   }
@@ -110,12 +115,21 @@ extension Queue {
   func concurrentTrySyncStart(barrier: Bool) -> Bool {
     guard targetIsRoot.load(ordering: .relaxed) else { return false }
     return concurrentState!.withLock { state in
-      guard state.pending.isEmpty, state.canStart(barrier: barrier, width: width) else {
+      guard state.pending.isEmpty, state.canStart(barrier: barrier) else {
         return false
       }
       state.markStarted(barrier: barrier)
       return true
     }
+  }
+
+  /// Sets the width of this concurrent queue; see ``Queue/setWidth(_:)``.
+  func concurrentSetWidth(_ newWidth: Int) {
+    let started = concurrentState!.withLock { state -> [TimedWork] in
+      state.width = newWidth
+      return state.pending.isEmpty ? [] : state.takeStartable()
+    }
+    for work in started { forward(work) }
   }
 
   func concurrentSuspend() {
@@ -130,7 +144,7 @@ extension Queue {
       } else {
         state.suspendCount -= 1
       }
-      return state.takeStartable(width: width)
+      return state.takeStartable()
     }
     guard let started else {
       clientBug("resume() on queue \"\(label)\" that is not suspended (over-resume)")
@@ -142,7 +156,7 @@ extension Queue {
     let started = concurrentState!.withLock { state -> [TimedWork] in
       guard state.inactive else { return [] }
       state.inactive = false
-      return state.takeStartable(width: width)
+      return state.takeStartable()
     }
     for work in started { forward(work) }
   }

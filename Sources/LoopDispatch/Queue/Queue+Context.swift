@@ -17,16 +17,29 @@ public final class SpecificKey<Value: Sendable>: Sendable {
 
 extension Queue {
   /// A value attached to the queue, handed to the finalizer when the queue goes away.
+  /// Always `nil` on the main and global queues, where setting it has no effect (as in GCD:
+  /// they are shared by the whole process and never finalized).
   public var context: (any Sendable)? {
-    get { extras.withLock { $0.context } }
-    set { extras.withLock { $0.context = newValue } }
+    get {
+      guard isCustom else { return nil }
+      return extras.withLock { $0.context }
+    }
+    set {
+      guard isCustom else { return }
+      extras.withLock { $0.context = newValue }
+    }
   }
+
+  /// Custom (serial or concurrent) queues, as opposed to the main and global queues.
+  var isCustom: Bool { kind == .serial || kind == .concurrent }
 
   /// Sets the closure that receives ``context`` once the queue is gone.
   ///
   /// The finalizer runs exactly once, on the queue's target, after every item submitted
   /// before the last reference to the queue was dropped has run.
+  /// The main and global queues are never finalized: setting one there has no effect.
   public func setFinalizer(_ finalizer: @escaping @Sendable ((any Sendable)?) -> Void) {
+    guard isCustom else { return }
     extras.withLock { $0.finalizer = finalizer }
   }
 
@@ -58,6 +71,13 @@ extension Queue {
       queue = current.target
     }
     return nil
+  }
+
+  /// The value for `key` on this queue itself, without looking up its target chain (the C
+  /// API's `dispatch_queue_get_specific`).
+  package func ownSpecific<Value>(key: SpecificKey<Value>) -> Value? {
+    guard hasExtras else { return nil }
+    return extras.withLock { $0.specifics[ObjectIdentifier(key)] } as? Value
   }
 
   /// The value for `key` on the queue the calling thread is running work for (walking its

@@ -77,8 +77,16 @@ public final class Queue: @unchecked Sendable {
 
   /// Present for custom concurrent queues. Protected by its own lock.
   let concurrentState: LockedValue<ConcurrentState>?
-  /// Maximum items of a concurrent queue running at once.
-  let width: Int
+
+  /// Maximum items running at once: 1 for serial queues and the main queue, unlimited for
+  /// global queues, the width (``setWidth(_:)``) of a concurrent queue.
+  public var width: Int {
+    switch kind {
+    case .root: return Int.max
+    case .serial, .main: return 1
+    case .concurrent: return concurrentState!.withLock { $0.width }
+    }
+  }
 
   // MARK: Target, context, specifics
 
@@ -119,16 +127,15 @@ public final class Queue: @unchecked Sendable {
       if let width, width < 1 {
         clientBug("concurrent queue width must be at least 1, got \(width) (queue \"\(label)\")")
       }
-      self.width = width ?? Int.max
       concurrentState = LockedValue(
-        ConcurrentState(inactive: attributes.contains(.initiallyInactive)))
+        ConcurrentState(
+          inactive: attributes.contains(.initiallyInactive), width: width ?? Int.max))
     } else {
       kind = .serial
       if let width {
         clientBug(
           "width \(width) given for serial queue \"\(label)\"; width applies to concurrent queues")
       }
-      self.width = 1
       concurrentState = nil
       if attributes.contains(.initiallyInactive) {
         state.store(SerialState.inactive, ordering: .relaxed)
@@ -144,7 +151,6 @@ public final class Queue: @unchecked Sendable {
   private init(rootLabel: String, priority: Priority) {
     label = rootLabel
     kind = .root(priority)
-    width = Int.max
     concurrentState = nil
     firstTarget = nil
     // Listed from the start; never released.
@@ -156,7 +162,6 @@ public final class Queue: @unchecked Sendable {
   private init(mainQueueLabel: String) {
     label = mainQueueLabel
     kind = .main
-    width = 1
     concurrentState = nil
     firstTarget = nil
     _ = installCounters()  // Listed from the start; never released.

@@ -13,6 +13,7 @@
 #ifndef LOOPDISPATCH_DISPATCH_H
 #define LOOPDISPATCH_DISPATCH_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -127,15 +128,15 @@ DISPATCH_EXPORT struct dispatch_queue_attr_s _dispatch_queue_attr_concurrent;
 #define DISPATCH_QUEUE_PRIORITY_BACKGROUND INT16_MIN
 typedef long dispatch_queue_priority_t;
 
-typedef enum {
-  QOS_CLASS_USER_INTERACTIVE = 0x21,
-  QOS_CLASS_USER_INITIATED = 0x19,
-  QOS_CLASS_DEFAULT = 0x15,
-  QOS_CLASS_UTILITY = 0x11,
-  QOS_CLASS_BACKGROUND = 0x09,
-  QOS_CLASS_UNSPECIFIED = 0x00,
-} dispatch_qos_class_t;
-typedef dispatch_qos_class_t qos_class_t;
+/* As libdispatch's Linux header: the QoS classes are plain numbers (qos_class_t and the
+ * QOS_CLASS_* names belong to <sys/qos.h>, which Linux does not have; programs that need them
+ * define them, so this header must not). */
+#if __has_include(<sys/qos.h>)
+#include <sys/qos.h>
+typedef qos_class_t dispatch_qos_class_t;
+#else
+typedef unsigned int dispatch_qos_class_t;
+#endif
 
 DISPATCH_EXPORT dispatch_queue_t dispatch_queue_create(
     const char *label, dispatch_queue_attr_t attr);
@@ -151,6 +152,28 @@ DISPATCH_EXPORT dispatch_queue_attr_t dispatch_queue_attr_make_initially_inactiv
     dispatch_queue_attr_t attr);
 DISPATCH_EXPORT dispatch_queue_attr_t dispatch_queue_attr_make_with_qos_class(
     dispatch_queue_attr_t attr, dispatch_qos_class_t qos_class, int relative_priority);
+
+/* Autorelease pools do not exist on Linux: the frequency is accepted and has no effect. */
+typedef unsigned long dispatch_autorelease_frequency_t;
+#define DISPATCH_AUTORELEASE_FREQUENCY_INHERIT 0ul
+#define DISPATCH_AUTORELEASE_FREQUENCY_WORK_ITEM 1ul
+#define DISPATCH_AUTORELEASE_FREQUENCY_NEVER 2ul
+DISPATCH_EXPORT dispatch_queue_attr_t dispatch_queue_attr_make_with_autorelease_frequency(
+    dispatch_queue_attr_t attr, dispatch_autorelease_frequency_t frequency);
+#define DISPATCH_QUEUE_SERIAL_WITH_AUTORELEASE_POOL \
+  dispatch_queue_attr_make_with_autorelease_frequency( \
+      DISPATCH_QUEUE_SERIAL, DISPATCH_AUTORELEASE_FREQUENCY_WORK_ITEM)
+#define DISPATCH_QUEUE_CONCURRENT_WITH_AUTORELEASE_POOL \
+  dispatch_queue_attr_make_with_autorelease_frequency( \
+      DISPATCH_QUEUE_CONCURRENT, DISPATCH_AUTORELEASE_FREQUENCY_WORK_ITEM)
+
+/* The QoS class the queue was created with (QOS_CLASS_UNSPECIFIED, 0, when none was given);
+ * `relative_priority_ptr`, if not NULL, receives 0. */
+DISPATCH_EXPORT dispatch_qos_class_t dispatch_queue_get_qos_class(
+    dispatch_queue_t queue, int *relative_priority_ptr);
+
+/* dispatch_set_target_queue's "the default target": the default-priority global queue. */
+#define DISPATCH_TARGET_QUEUE_DEFAULT NULL
 
 DISPATCH_EXPORT void dispatch_async(dispatch_queue_t queue, dispatch_block_t block);
 DISPATCH_EXPORT void dispatch_async_f(
@@ -185,6 +208,15 @@ DISPATCH_EXPORT dispatch_queue_t dispatch_queue_create_with_target(
 DISPATCH_EXPORT void dispatch_assert_queue(dispatch_queue_t queue);
 DISPATCH_EXPORT void dispatch_assert_queue_barrier(dispatch_queue_t queue);
 DISPATCH_EXPORT void dispatch_assert_queue_not(dispatch_queue_t queue);
+#ifdef NDEBUG
+#define dispatch_assert_queue_debug(q) ((void)(0 && (q)))
+#define dispatch_assert_queue_barrier_debug(q) ((void)(0 && (q)))
+#define dispatch_assert_queue_not_debug(q) ((void)(0 && (q)))
+#else
+#define dispatch_assert_queue_debug(q) dispatch_assert_queue(q)
+#define dispatch_assert_queue_barrier_debug(q) dispatch_assert_queue_barrier(q)
+#define dispatch_assert_queue_not_debug(q) dispatch_assert_queue_not(q)
+#endif
 
 #define DISPATCH_APPLY_AUTO ((dispatch_queue_t)0)
 DISPATCH_EXPORT void dispatch_apply(
@@ -291,6 +323,8 @@ DISPATCH_EXPORT const struct dispatch_source_type_s _dispatch_source_type_data_o
 #define DISPATCH_SOURCE_TYPE_SIGNAL (&_dispatch_source_type_signal)
 #define DISPATCH_SOURCE_TYPE_DATA_ADD (&_dispatch_source_type_data_add)
 #define DISPATCH_SOURCE_TYPE_DATA_OR (&_dispatch_source_type_data_or)
+DISPATCH_EXPORT const struct dispatch_source_type_s _dispatch_source_type_data_replace;
+#define DISPATCH_SOURCE_TYPE_DATA_REPLACE (&_dispatch_source_type_data_replace)
 #define DISPATCH_TIMER_STRICT 0x1
 
 /* Returns NULL when the source cannot be made (a bad descriptor or signal number). A new
@@ -322,7 +356,33 @@ DISPATCH_EXPORT void dispatch_source_set_timer(
 
 /* ---- Debugging ----------------------------------------------------------------------- */
 
-DISPATCH_EXPORT void dispatch_debug(dispatch_object_t object, const char *message, ...);
+DISPATCH_EXPORT void dispatch_debug(dispatch_object_t object, const char *message, ...)
+    __attribute__((__format__(printf, 2, 3)));
+DISPATCH_EXPORT void dispatch_debugv(
+    dispatch_object_t object, const char *message, va_list arguments)
+    __attribute__((__format__(printf, 2, 0)));
+
+/* ---- Generic forms (C11 _Generic, as libdispatch's object.h) --------------------------- */
+
+#if !defined(__cplusplus) && __has_extension(c_generic_selections)
+#define dispatch_wait(object, timeout) \
+  _Generic((object), \
+      dispatch_block_t: dispatch_block_wait, \
+      dispatch_group_t: dispatch_group_wait, \
+      dispatch_semaphore_t: dispatch_semaphore_wait)((object), (timeout))
+#define dispatch_notify(object, queue, notification_block) \
+  _Generic((object), \
+      dispatch_block_t: dispatch_block_notify, \
+      dispatch_group_t: dispatch_group_notify)((object), (queue), (notification_block))
+#define dispatch_cancel(object) \
+  _Generic((object), \
+      dispatch_block_t: dispatch_block_cancel, \
+      dispatch_source_t: dispatch_source_cancel)((object))
+#define dispatch_testcancel(object) \
+  _Generic((object), \
+      dispatch_block_t: dispatch_block_testcancel, \
+      dispatch_source_t: dispatch_source_testcancel)((object))
+#endif
 
 DISPATCH_C_END
 
