@@ -105,20 +105,27 @@ private func priority(ofQoS qos: Int32) -> Priority {
   switch qos {
   case 0x21, 0x19: return .high  // User-interactive, user-initiated.
   case 0x11: return .low  // Utility.
-  case 0x09: return .background
+  case 0x09, 0x05: return .background  // Background, maintenance.
   default: return .default
   }
 }
 
+/// `DISPATCH_QUEUE_OVERCOMMIT` (<dispatch/private.h>).
+private let overcommitFlag: UInt = 0x2
+
 @_cdecl("dispatch_get_global_queue")
-public func cDispatchGetGlobalQueue(_ identifier: Int, _ flags: UInt) -> UnsafeMutableRawPointer {
+public func cDispatchGetGlobalQueue(_ identifier: Int, _ flags: UInt) -> UnsafeMutableRawPointer? {
+  // As libdispatch: NULL for flags other than DISPATCH_QUEUE_OVERCOMMIT and for an
+  // identifier that is neither a priority nor a QoS class.
+  guard flags & ~overcommitFlag == 0 else { return nil }
   let chosen: Priority
   switch identifier {
   case 2: chosen = .high  // DISPATCH_QUEUE_PRIORITY_HIGH
   case -2: chosen = .low  // DISPATCH_QUEUE_PRIORITY_LOW
   case Int(Int16.min): chosen = .background  // DISPATCH_QUEUE_PRIORITY_BACKGROUND
   case 0: chosen = .default
-  default: chosen = priority(ofQoS: Int32(truncatingIfNeeded: identifier))  // A QoS class.
+  case 0x05, 0x09, 0x11, 0x15, 0x19, 0x21: chosen = priority(ofQoS: Int32(identifier))
+  default: return nil
   }
   return CHandle.unretained(Queue.global(chosen))
 }
