@@ -58,4 +58,6 @@ expect_bug group-over-leave 'Group.leave() called more times than enter()'
 expect_bug not-a-queue 'dispatch_async_f called with an object that is not a queue'
 expect_bug assert-queue 'dispatch_assert_queue: not running on queue "c.elsewhere"'
 expect_bug wait-plain-block 'dispatch_block_wait on a block not made by dispatch_block_create'
+expect_bug wait-block-run-twice \
+  'dispatch_block_wait: a block object may not be both run more than once and waited for'
 expect_bug release-suspended 'queue "c.suspended" was released while suspended or inactive'

@@ -79,14 +79,25 @@ void dispatch_apply(size_t iterations, dispatch_queue_t queue, void (^block)(siz
   dispatch_apply_f(iterations, queue, (void *)block, run_apply_block);
 }
 
+// Implemented in Swift: the `_f` forms with a barrier flag, for DISPATCH_BLOCK_BARRIER block
+// objects (block.h: such a block acts as a barrier however it reaches a concurrent queue).
+extern void _loopdispatch_after_f(
+    dispatch_time_t when, dispatch_queue_t queue, void *context, dispatch_function_t work,
+    int barrier);
+extern void _loopdispatch_group_async_f(
+    dispatch_group_t group, dispatch_queue_t queue, void *context, dispatch_function_t work,
+    int barrier);
+
 void dispatch_after(dispatch_time_t when, dispatch_queue_t queue, dispatch_block_t block) {
   // Never fires: nothing to copy (a copy would never be released).
   if (when == DISPATCH_TIME_FOREVER) return;
-  dispatch_after_f(when, queue, _Block_copy(block), run_copied_block);
+  _loopdispatch_after_f(
+      when, queue, _Block_copy(block), run_copied_block, is_barrier_block(block));
 }
 
 void dispatch_group_async(dispatch_group_t group, dispatch_queue_t queue, dispatch_block_t block) {
-  dispatch_group_async_f(group, queue, _Block_copy(block), run_copied_block);
+  _loopdispatch_group_async_f(
+      group, queue, _Block_copy(block), run_copied_block, is_barrier_block(block));
 }
 
 void dispatch_group_notify(

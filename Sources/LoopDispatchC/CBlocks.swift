@@ -15,11 +15,8 @@ private final class CBlockRecord: @unchecked Sendable {
   // @unchecked Sendable: immutable; the pointers are the C caller's, handed over for this.
   let item: WorkItem
   let flags: UInt
-  /// Atomic. Set by the first run.
-  private let ran = Atomic<Bool>(false)
-
-  /// Whether this is the block's first run.
-  func claimRun() -> Bool { !ran.exchange(true, ordering: .acquiringAndReleasing) }
+  /// Atomic. How many times the block has been invoked.
+  let invocations = Atomic<Int>(0)
   private let block: UnsafeMutableRawPointer?
   private let release: (@convention(c) (UnsafeRawPointer?) -> Void)?
 
@@ -36,6 +33,9 @@ private final class CBlockRecord: @unchecked Sendable {
   }
 
   deinit {
+    // Never invoked (or invoked and already complete: then this does nothing): libdispatch
+    // runs the notifications of a block object released without running.
+    item.completeUnrun()
     if let block, let release { release(block) }
   }
 }
@@ -60,10 +60,19 @@ public func cLoopdispatchBlockRegister(
 
 @_cdecl("_loopdispatch_block_run")
 public func cLoopdispatchBlockRun(_ id: UInt64) {
-  // A block object runs its work once; later calls do nothing (`WorkItem.perform` twice
-  // would run it twice, so a run after the first is dropped here).
-  guard let made = record(id), made.claimRun() else { return }
-  made.item.perform()
+  // block.h: a block object may be submitted and called any number of times; each call runs
+  // the work unless cancelled, and the first completes it.
+  guard let made = record(id) else { return }
+  made.invocations.wrappingAdd(1, ordering: .relaxed)
+  made.item.invokeAsBlockObject()
+}
+
+/// As libdispatch: a block object run more than once has no single execution to wait for
+/// or observe.
+private func checkObservable(_ made: CBlockRecord, _ call: StaticString) {
+  if made.invocations.load(ordering: .relaxed) > 1 {
+    clientBug("\(call): a block object may not be both run more than once and waited for")
+  }
 }
 
 @_cdecl("_loopdispatch_block_dispose")
@@ -76,6 +85,7 @@ public func cLoopdispatchBlockDispose(_ id: UInt64) {
 @_cdecl("_loopdispatch_block_wait")
 public func cLoopdispatchBlockWait(_ id: UInt64, _ timeout: UInt64) -> Int {
   guard let made = record(id) else { return 0 }  // Only after its last reference: a bug.
+  checkObservable(made, "dispatch_block_wait")
   return made.item.wait(timeout: CTime.deadline(timeout) ?? .distantFuture) == .success ? 0 : 1
 }
 
@@ -90,12 +100,15 @@ public func cLoopdispatchBlockNotify(
     target.async { call.run() }  // Done already.
     return
   }
+  checkObservable(made, "dispatch_block_notify")
   made.item.notify(queue: target) { call.run() }
 }
 
 @_cdecl("_loopdispatch_block_cancel")
 public func cLoopdispatchBlockCancel(_ id: UInt64) {
-  record(id)?.item.cancel()
+  // Not a completion: wait and notify still wait for the block's next invocation (or its
+  // release), as in libdispatch.
+  record(id)?.item.cancelWithoutCompleting()
 }
 
 @_cdecl("_loopdispatch_block_testcancel")

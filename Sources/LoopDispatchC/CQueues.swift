@@ -253,9 +253,25 @@ public func cDispatchAfterF(
   _ when: UInt64, _ queue: UnsafeMutableRawPointer?, _ context: UnsafeMutableRawPointer?,
   _ work: (@convention(c) (UnsafeMutableRawPointer?) -> Void)?
 ) {
+  cLoopdispatchAfterF(when, queue, context, work, 0)
+}
+
+/// `dispatch_after_f`, as a barrier when `barrier` is not 0 (a DISPATCH_BLOCK_BARRIER block
+/// object passed to `dispatch_after`).
+@_cdecl("_loopdispatch_after_f")
+public func cLoopdispatchAfterF(
+  _ when: UInt64, _ queue: UnsafeMutableRawPointer?, _ context: UnsafeMutableRawPointer?,
+  _ work: (@convention(c) (UnsafeMutableRawPointer?) -> Void)?, _ barrier: Int32
+) {
   let call = CWork(function: cWork(work, "dispatch_after_f"), context: context)
   let target = CHandle.queue(queue, "dispatch_after_f")
   guard let deadline = CTime.deadline(when) else { return }  // FOREVER: never.
+  if barrier != 0, target.isConcurrent {
+    // A barrier on a custom concurrent queue: when the time comes, submit it as a barrier
+    // (the timer itself lives beside the queue's global queue).
+    Queue.global().after(deadline: deadline) { target.async(flags: .barrier) { call.run() } }
+    return
+  }
   target.after(deadline: deadline) { call.run() }
 }
 

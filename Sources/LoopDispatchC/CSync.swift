@@ -25,12 +25,24 @@ public func cDispatchGroupAsyncF(
   _ context: UnsafeMutableRawPointer?,
   _ work: (@convention(c) (UnsafeMutableRawPointer?) -> Void)?
 ) {
+  cLoopdispatchGroupAsyncF(group, queue, context, work, 0)
+}
+
+/// `dispatch_group_async_f`, as a barrier when `barrier` is not 0 (a DISPATCH_BLOCK_BARRIER
+/// block object passed to `dispatch_group_async`).
+@_cdecl("_loopdispatch_group_async_f")
+public func cLoopdispatchGroupAsyncF(
+  _ group: UnsafeMutableRawPointer?, _ queue: UnsafeMutableRawPointer?,
+  _ context: UnsafeMutableRawPointer?,
+  _ work: (@convention(c) (UnsafeMutableRawPointer?) -> Void)?, _ barrier: Int32
+) {
   let call = CWork(function: cWork(work, "dispatch_group_async_f"), context: context)
+  let flags: Queue.Flags = barrier != 0 ? .barrier : []
   CHandle.withGroup(group, "dispatch_group_async_f") { owner in
     CHandle.withQueue(queue, "dispatch_group_async_f") { target in
       // The group object stays alive until the work has left it (libdispatch retains it
       // too): the closure holds it.
-      target.async(group: owner.group) { withExtendedLifetime(owner) { call.run() } }
+      target.async(group: owner.group, flags: flags) { withExtendedLifetime(owner) { call.run() } }
     }
   }
 }

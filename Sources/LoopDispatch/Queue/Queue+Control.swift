@@ -34,6 +34,9 @@ extension Queue {
     }
   }
 
+  /// Whether this is a custom concurrent queue (where barriers mean something).
+  package var isConcurrent: Bool { kind == .concurrent }
+
   /// Changes how many items of this concurrent queue may run at once.
   ///
   /// Items already running finish; a wider queue starts waiting items at once, a narrower

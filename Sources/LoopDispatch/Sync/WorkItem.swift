@@ -57,6 +57,30 @@ public final class WorkItem: @unchecked Sendable {
     if now { queue.async(execute: work) }
   }
 
+  // MARK: The C API's block objects (libdispatch's rules, which differ from the above)
+
+  /// Invokes the item as libdispatch invokes a block object: the closure runs unless the
+  /// item was cancelled, and the invocation completes the item either way (a cancelled
+  /// block's submission counts as its execution). May run any number of times; only the
+  /// first completion wakes waiters and runs the notifications.
+  package func invokeAsBlockObject() {
+    let previous = flags.bitwiseOr(Self.started, ordering: .acquiringAndReleasing).oldValue
+    if previous & Self.cancelledBit == 0 { body() }
+    complete()
+  }
+
+  /// `dispatch_block_cancel`: later invocations skip the closure; the item completes only
+  /// when it is next invoked (or `completeUnrun` is called).
+  package func cancelWithoutCompleting() {
+    flags.bitwiseOr(Self.cancelledBit, ordering: .acquiringAndReleasing)
+  }
+
+  /// Completes an item that will never be invoked (its last reference went away): waiters
+  /// wake and the notifications run, as libdispatch does for a released block object.
+  package func completeUnrun() {
+    complete()
+  }
+
   /// Waits until the item completes or `deadline` passes.
   @discardableResult
   public func wait(timeout deadline: Deadline = .distantFuture) -> WaitResult {
@@ -82,9 +106,11 @@ public final class WorkItem: @unchecked Sendable {
       list = []
       return taken
     }
+    // The notifications are queued before the waiters wake: a waiter that then submits to
+    // a notification's queue finds the notification ahead of its own work.
+    for (queue, work) in ready { queue.async(execute: work) }
     completedWord.atomic.pointee.store(1, ordering: .releasing)
     completedWord.wake(Int32.max)
-    for (queue, work) in ready { queue.async(execute: work) }
   }
 }
 
