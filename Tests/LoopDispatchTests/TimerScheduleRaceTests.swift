@@ -149,4 +149,38 @@ import Testing
     #expect(loop.pendingTimerCount == 0)
     #expect(runs.value == [1])
   }
+
+  /// A fire counted just before a reschedule replaces its schedule: its data is discarded
+  /// with the schedule, so no handler runs before the new deadline. (Before the fix the fire
+  /// merged its count after releasing the lock, on top of the reschedule's reset, and the
+  /// handler ran 990 ms early with the replaced schedule's fire.)
+  @Test func aFireOfAReplacedScheduleDeliversNothing() {
+    let loop = virtualLoop("race-fire")
+    let queue = Queue(label: "race-fire")
+    let source = TimerSource(queue: queue, timerLoop: loop)
+    let runs = Locked([UInt]())
+    let ran = Semaphore(value: 0)
+    source.setEventHandler { [unowned source] in
+      let data = source.data
+      runs.withLock { $0.append(data) }
+      ran.signal()
+    }
+    source.schedule(deadline: at(10))
+    source.activate()
+    hooks(of: source)(
+      TimerTestHooks(afterFireMerged: { [unowned source] in
+        source.schedule(deadline: at(1_000))
+      }))
+    loop.advance(to: at(10))
+    queue.sync {}  // A delivery the fire queued has run.
+    #expect(runs.value == [])
+    #expect(loop.pendingTimerCount == 1)
+    loop.advance(to: at(1_000))
+    #expect(ran.wait(timeout: .seconds(30)) == .success)
+    queue.sync {}
+    #expect(runs.value == [1])
+    source.cancel()
+    loop.advance(by: .zero)
+    #expect(loop.pendingTimerCount == 0)
+  }
 }

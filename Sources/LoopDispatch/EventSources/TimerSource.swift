@@ -51,8 +51,10 @@ public final class TimerSource: Source, @unchecked Sendable {
 ///    installed; otherwise it cancels the timer itself. So every timer made is either the
 ///    one installed (and later cancelled by step 1 or 5) or cancelled by its maker: the
 ///    source never has two, and none outlives `cancel()`.
-/// 4. A fire (loop thread) counts its fires under the lock, only if its generation is
-///    current, and signals them once the lock is released.
+/// 4. A fire (loop thread) counts and merges its fires into `pendingData` under the lock,
+///    only if its generation is current; step 1 clears `pendingData` under the same lock, so
+///    no fire of a replaced schedule lands after the clear. The delivery is scheduled once
+///    the lock is released (its handler may run inline and call `schedule`).
 /// 5. `teardown` (cancel) marks the plan torn down, bumps the generation and takes the
 ///    installed timer to cancel it; a start in flight then fails step 3's check.
 final class TimerCore: SourceCore, @unchecked Sendable {
@@ -111,11 +113,13 @@ final class TimerCore: SourceCore, @unchecked Sendable {
       plan.interval = nanos
       plan.counted = 0
       plan.scheduled = true
+      // Fires counted under the replaced schedule are discarded, as in GCD. Under the lock
+      // that fires merge under (step 4). Releasing; pairs with the acquiring exchange in
+      // the delivery.
+      pendingData.store(0, ordering: .releasing)
       return (old, plan.claimIfStartable(), plan.hooks.afterPlanReplaced.take())
     }
     old?.cancel()
-    // Fires counted under the replaced schedule are discarded, as in GCD.
-    pendingData.store(0, ordering: .releasing)
     hook?()
     if let claim { startTimer(claim) }
   }
@@ -155,16 +159,24 @@ final class TimerCore: SourceCore, @unchecked Sendable {
   /// Step 4. Runs on the loop thread.
   private func fired(generation: UInt64) {
     let now = timerLoop.now
-    let newFires = plan.withLock { plan -> UInt64 in
-      guard plan.generation == generation, now >= plan.start else { return 0 }
+    let (merged, hook) = plan.withLock { plan -> (Bool, TestHook?) in
+      guard plan.generation == generation, !plan.tornDown, now >= plan.start else {
+        return (false, nil)
+      }
       let total =
         plan.interval == 0
         ? 1 : (now.uptimeNanoseconds - plan.start.uptimeNanoseconds) / plan.interval + 1
-      let fresh = total > plan.counted ? total - plan.counted : 0
+      guard total > plan.counted else { return (false, nil) }
+      let fresh = total - plan.counted
       plan.counted = total
-      return fresh
+      // The `.add` merge of `signal`, done here so that it is ordered with `schedule`'s
+      // clear. Releasing; pairs with the acquiring loads in `scheduleDelivery` and the
+      // delivery's exchange.
+      pendingData.wrappingAdd(UInt(fresh), ordering: .acquiringAndReleasing)
+      return (true, plan.hooks.afterFireMerged.take())
     }
-    if newFires > 0 { signal(UInt(newFires)) }
+    hook?()
+    if merged { scheduleDelivery(mayRunInline: true) }
   }
 
   /// Step 5.
@@ -189,4 +201,6 @@ struct TimerTestHooks {
   var afterPlanReplaced: TestHook?
   /// In `startTimer`, after the timer is made and before it is installed.
   var beforeTimerInstalled: TestHook?
+  /// In a fire, after its fires are merged and before the delivery is scheduled.
+  var afterFireMerged: TestHook?
 }
