@@ -210,7 +210,8 @@ extension Source {
   public var events: AsyncStream<UInt> {
     AsyncStream { continuation in
       let core = self.core
-      setEventHandler { continuation.yield(core.currentData.load(ordering: .relaxed)) }
+      // The value the handler would read as `data` (fd sources compute it on demand).
+      setEventHandler { continuation.yield(core.currentDataValue()) }
       let previousCancel = core.handlers.withLock { $0.cancel }
       setCancelHandler {
         previousCancel?()
