@@ -95,17 +95,76 @@ extension Queue {
   /// Suspends the task until no earlier than `deadline`, on this queue's timer loop; the
   /// task resumes on its own executor. Cancelling the task cancels the timer and throws
   /// `CancellationError`.
+  ///
+  /// A task cancelled before it sleeps, or while its timer is being started, throws too and
+  /// leaves no timer behind.
   public func sleep(until deadline: Deadline) async throws {
+    try await sleep(until: deadline, on: ServiceLoop.loop(for: self))
+  }
+
+  /// `sleep(until:)` with the timer on `loop`, whose clock `deadline` is read against: tests
+  /// pass a virtual-time loop (`EventLoop(clock: .virtual())`). `afterTimerStarted` runs
+  /// between starting the timer and recording it (tests force a cancel there).
+  package func sleep(
+    until deadline: Deadline, on loop: EventLoop,
+    afterTimerStarted: (@Sendable () -> Void)? = nil
+  ) async throws {
     let awaited = AwaitedWork<Void>()
-    let timer = LockedValue<DelayedWork?>(nil)
+    let timer = SleepTimer()
     try await awaited.value(
       submit: {
-        let delayed = after(deadline: deadline) {
+        if timer.isCancelled { return }  // Cancelled before the submit: no timer at all.
+        let delayed = after(deadline: deadline, on: loop) {
           if awaited.start() { awaited.resume(.success(())) }
         }
-        timer.withLock { $0 = delayed }
+        afterTimerStarted?()
+        timer.record(delayed)
       },
-      onCancel: { timer.withLock { $0 }?.cancel() })
+      onCancel: { timer.cancel() })
+  }
+}
+
+/// The timer of one `Queue.sleep`, and its race with the task's cancellation.
+///
+/// The cancellation handler may run before the submit starts the timer (a task cancelled
+/// before it sleeps: Swift runs the handler at once) or while it is being started. Whichever
+/// of `record` and `cancel` comes second cancels the timer, so it never stays on its loop
+/// holding the continuation's box for its whole delay.
+private final class SleepTimer: Sendable {
+  private enum State {
+    case notStarted
+    case started(DelayedWork)
+    case cancelled
+  }
+  /// Protected by: its lock.
+  private let state = LockedValue(State.notStarted)
+
+  /// Whether `cancel` has run. Any thread.
+  var isCancelled: Bool {
+    state.withLock { state in
+      if case .cancelled = state { return true }
+      return false
+    }
+  }
+
+  /// Records the started timer, or cancels it if the task was cancelled meanwhile.
+  func record(_ timer: DelayedWork) {
+    let cancelledFirst = state.withLock { state -> Bool in
+      if case .cancelled = state { return true }
+      state = .started(timer)
+      return false
+    }
+    if cancelledFirst { timer.cancel() }
+  }
+
+  /// Cancels the recorded timer, or makes `record` cancel it. Any thread.
+  func cancel() {
+    let timer = state.withLock { state -> DelayedWork? in
+      defer { state = .cancelled }
+      if case .started(let timer) = state { return timer }
+      return nil
+    }
+    timer?.cancel()
   }
 }
 
@@ -151,7 +210,8 @@ extension Source {
   public var events: AsyncStream<UInt> {
     AsyncStream { continuation in
       let core = self.core
-      setEventHandler { continuation.yield(core.currentData.load(ordering: .relaxed)) }
+      // The value the handler would read as `data` (fd sources compute it on demand).
+      setEventHandler { continuation.yield(core.currentDataValue()) }
       let previousCancel = core.handlers.withLock { $0.cancel }
       setCancelHandler {
         previousCancel?()
