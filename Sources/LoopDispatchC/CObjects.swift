@@ -212,7 +212,7 @@ public func cDispatchSetFinalizerF(
 public func cDispatchActivate(_ object: UnsafeMutableRawPointer?) {
   switch CHandle.object(nonNull(object, "dispatch_activate")) {
   case let queue as Queue: queue.activate()
-  case let source as CSource: source.source.activate()
+  case let source as CSource: source.activateFromC()
   default: wrongKind("dispatch_activate", "a queue or source")
   }
 }
@@ -231,7 +231,12 @@ public func cDispatchResume(_ object: UnsafeMutableRawPointer?) {
   switch CHandle.object(nonNull(object, "dispatch_resume")) {
   case let queue as Queue: queue.resume()
   // Resuming a source never activated activates it, as in libdispatch.
-  case let source as CSource: source.source.resume()
+  case let source as CSource:
+    if source.source.resumeWouldActivate {
+      source.activateFromC()
+    } else {
+      source.source.resume()
+    }
   default: wrongKind("dispatch_resume", "a queue or source")
   }
 }

@@ -1,5 +1,6 @@
 import LoopDispatch
 import MainLoop
+import Synchronization
 
 // Dispatch sources through the C API: a `CSource` wraps one LoopDispatch source of the kind
 // the C type names, with the handle and mask the program passed.
@@ -35,12 +36,33 @@ final class CSource: CObjectBase, @unchecked Sendable {
     }
   }
 
+  /// The C handlers set on the source (to bind their context at activation). Protected by:
+  /// its lock.
+  fileprivate let cHandlers = LockedValue(CHandlers())
+  /// Atomic. Set by the first `dispatch_activate` or `dispatch_resume` that activates.
+  let activatedFromC = Atomic<Bool>(false)
+
   init(source: Source, kind: Kind, handle: UInt, mask: UInt) {
     self.source = source
     self.kind = kind
     self.handle = handle
     self.mask = mask
   }
+
+  deinit {
+    // The program's last dispatch_release: libdispatch stops the source. Cancel it (its
+    // cancel handler runs even if it was never activated or is suspended, with the context
+    // bound now if it never was); the Swift source goes with this object.
+    bindHandlers()
+    source.cancel()
+  }
+}
+
+/// A C source's handlers, kept to bind their context.
+private struct CHandlers {
+  var event: CSourceHandler?
+  var cancel: CSourceHandler?
+  var registration: CSourceHandler?
 }
 
 extension CHandle {
@@ -78,12 +100,16 @@ public func cLoopdispatchSourceCreate(
 }
 
 /// A handler set from C: a block (called with its own copy, released when the handler goes)
-/// or a function (called with the source's context at the time of the call).
+/// or a function, called with the source's context as it stood when the source was activated
+/// (or when the handler was set, on a source already active), as libdispatch binds it.
 private final class CSourceHandler: @unchecked Sendable {
-  // @unchecked Sendable: immutable; the pointers are the C caller's, given for this use.
+  // @unchecked Sendable: `bound` is behind its lock; the rest is immutable; the pointers are
+  // the C caller's, given for this use.
   let invoke: @convention(c) (UnsafeMutableRawPointer?) -> Void
   let argument: UnsafeMutableRawPointer?
   let release: (@convention(c) (UnsafeRawPointer?) -> Void)?
+  /// A function handler's context, once bound (the bits of the pointer).
+  private let bound = LockedValue<UInt?>(nil)
 
   init(
     invoke: @escaping @convention(c) (UnsafeMutableRawPointer?) -> Void,
@@ -94,12 +120,38 @@ private final class CSourceHandler: @unchecked Sendable {
     self.release = release
   }
 
-  func run(contextOf owner: CSource) {
-    invoke(argument ?? owner.context)
+  /// Fixes the context a function handler will receive (the first call wins).
+  func bind(_ context: UnsafeMutableRawPointer?) {
+    bound.withLock { if $0 == nil { $0 = UInt(bitPattern: context) } }
+  }
+
+  func run() {
+    if let argument {
+      invoke(argument)
+    } else {
+      invoke(bound.withLock { $0 }.flatMap { UnsafeMutableRawPointer(bitPattern: $0) })
+    }
   }
 
   deinit {
     if let argument, let release { release(argument) }
+  }
+}
+
+extension CSource {
+  /// Activates (`dispatch_activate`, or the first `dispatch_resume`): binds the function
+  /// handlers' context first.
+  func activateFromC() {
+    activatedFromC.store(true, ordering: .sequentiallyConsistent)
+    bindHandlers()
+    source.activate()
+  }
+
+  fileprivate func bindHandlers() {
+    let context = self.context
+    for handler in cHandlers.withLock({ [$0.event, $0.cancel, $0.registration] }) {
+      handler?.bind(context)
+    }
   }
 }
 
@@ -112,11 +164,22 @@ public func cLoopdispatchSourceSetHandler(
 ) {
   let owner = CHandle.source(raw, "dispatch_source_set_handler")
   var body: (@Sendable () -> Void)?
+  var handler: CSourceHandler?
   if let invoke {
-    let handler = CSourceHandler(invoke: invoke, argument: argument, release: release)
-    // Strong: the source drops its handlers once cancelled, which breaks the cycle
-    // (owner -> source -> handler -> owner); until then libdispatch keeps a source alive too.
-    body = { handler.run(contextOf: owner) }
+    let made = CSourceHandler(invoke: invoke, argument: argument, release: release)
+    // On a source already active the context binds now; otherwise at activation.
+    if owner.activatedFromC.load(ordering: .sequentiallyConsistent) { made.bind(owner.context) }
+    // The handler does not hold the source: a C program's last dispatch_release then
+    // releases it, which cancels it (as libdispatch stops a released source).
+    body = { made.run() }
+    handler = made
+  }
+  owner.cHandlers.withLock { handlers in
+    switch which {
+    case 0: handlers.event = handler
+    case 1: handlers.cancel = handler
+    default: handlers.registration = handler
+    }
   }
   switch which {
   case 0: owner.source.setEventHandler(body)

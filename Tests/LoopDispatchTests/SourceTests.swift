@@ -73,16 +73,25 @@ import Testing
     let source = DataSource(merge: .add, queue: queue)
     let events = Counter()
     let cancelled = Latch()
+    let cancelRuns = Counter()
     source.setEventHandler { events.increment() }
     source.setRegistrationHandler { events.increment() }
-    source.setCancelHandler { cancelled.open() }
+    source.setCancelHandler {
+      cancelRuns.increment()
+      cancelled.open()
+    }
     source.post(3)
     #expect(!source.isCancelled)
     source.cancel()
     #expect(source.isCancelled)
-    #expect(cancelled.wait())
-    // Activating a cancelled source does nothing; the queue shows nothing ran.
+    // Like every handler, the cancel handler waits for activation (GCD): had it been
+    // submitted by `cancel`, this `sync` would have waited for it.
+    queue.sync {}
+    #expect(cancelRuns.current == 0)
+    // Activating a cancelled source registers nothing and runs no event or registration
+    // handler; the held cancel handler runs now.
     source.activate()
+    #expect(cancelled.wait())
     queue.sync {}
     #expect(events.current == 0)
   }

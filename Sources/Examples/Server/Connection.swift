@@ -310,6 +310,14 @@ final class Connection: @unchecked Sendable {
     idleTimer = nil
     readSource.cancel()
     writeSource.cancel()
+    // As in GCD, a cancel handler waits while its source is suspended or inactive: let each
+    // source run again (cancelled, so only its cancel handler runs).
+    if readPaused { readSource.resume() }
+    switch writeSourceState {
+    case .inactive: writeSource.activate()
+    case .suspended: writeSource.resume()
+    case .active: break
+    }
   }
 
   /// Runs on `queue` for each source's cancel handler; the last one closes the socket.

@@ -27,7 +27,7 @@ public class Source: @unchecked Sendable {
   }
 
   deinit {
-    core.cancel()
+    core.release()
   }
 
   /// The queue the handlers run on.
@@ -45,18 +45,28 @@ public class Source: @unchecked Sendable {
     core.handlers.withLock { $0.event = handler }
   }
 
-  /// Sets the closure run once on the target queue after ``cancel()``, last of all.
+  /// Sets the closure run once on the target queue after ``cancel()``, last of all. Like
+  /// every handler, it waits while the source is inactive or suspended: it runs after
+  /// ``activate()`` or the last ``resume()`` (or when the last reference to the source goes).
   public func setCancelHandler(_ handler: (@Sendable () -> Void)?) {
     core.handlers.withLock { $0.cancel = handler }
   }
 
-  /// Sets the closure run once on the target queue when the source is activated.
+  /// Sets the closure run once on the target queue when the source is activated; on a
+  /// source already activated (and not cancelled) it is queued at once.
   public func setRegistrationHandler(_ handler: (@Sendable () -> Void)?) {
-    core.handlers.withLock { $0.registration = handler }
+    core.setRegistrationHandler(handler)
   }
 
   /// Starts the source (idempotent).
   public func activate() { core.activate() }
+
+  /// Whether ``resume()`` now would activate the source (never activated, not suspended).
+  /// For the C API, which binds handler contexts at activation.
+  package var resumeWouldActivate: Bool {
+    core.status.load(ordering: .acquiring) & SourceCore.activated == 0
+      && core.suspendCount.load(ordering: .acquiring) == 0
+  }
 
   /// Stops handler deliveries until a matching ``resume()``; events meanwhile are merged.
   public func suspend() { core.suspend() }

@@ -29,9 +29,17 @@ enum DataMerge {
 ///    handler.
 /// 2. Two things must finish before the cancel handler runs: the kind's teardown (the loop
 ///    registration removed, so the descriptor may be closed) and any delivery in flight.
-///    `cancelSteps` counts them down from 2; whoever takes it to 0 submits the cancel handler
-///    to the target queue. It runs exactly once, last.
-/// 3. The handlers are then released (breaking cycles through closures that capture the
+///    `cancelSteps` counts them down from 2; whoever takes it to 0 sets CANCEL_READY.
+/// 3. As every handler of GCD, the cancel handler waits while the source is inactive or
+///    suspended: it is submitted to the target queue once CANCEL_READY and ACTIVATED are
+///    set and the suspension count is 0 (or RELEASED: the public source went away, so
+///    nobody could ever resume it). `submitCancelHandlerIfDue` checks this after each of
+///    the steps that can complete it (CANCEL_READY, activation, the last resume, release)
+///    and claims CANCEL_SUBMITTED with a compare-and-swap, so it runs exactly once, last.
+///    The status bits are set with read-modify-writes on one word, and the suspension count
+///    and the status are read sequentially consistent after them: of two steps racing, the
+///    later one sees the other's effect.
+/// 4. The handlers are then released (breaking cycles through closures that capture the
 ///    source), and the target queue with them when the source goes away.
 class SourceCore: @unchecked Sendable {
   // @unchecked Sendable: `status`, `suspendCount`, `pendingData`, `currentData` and
@@ -46,6 +54,13 @@ class SourceCore: @unchecked Sendable {
   static let activated: UInt32 = 1
   static let pending: UInt32 = 2
   static let cancelled: UInt32 = 4
+  /// Teardown and any delivery in flight are done (cancel step 2).
+  static let cancelReady: UInt32 = 8
+  /// The cancel handler was submitted (cancel step 3).
+  static let cancelSubmitted: UInt32 = 16
+  /// The public source went away: the cancel handler no longer waits for activation or
+  /// resume.
+  static let released: UInt32 = 32
 
   let queue: Queue
   let loop: EventLoop
@@ -117,18 +132,39 @@ class SourceCore: @unchecked Sendable {
   // MARK: Lifecycle
 
   func activate() {
-    let previous = status.bitwiseOr(Self.activated, ordering: .acquiringAndReleasing).oldValue
-    if previous & (Self.activated | Self.cancelled) != 0 { return }
+    let previous = status.bitwiseOr(Self.activated, ordering: .sequentiallyConsistent).oldValue
+    if previous & Self.activated != 0 { return }
+    if previous & Self.cancelled != 0 {
+      // Cancelled before activation: nothing registers, and the held cancel handler may
+      // now run (cancel step 3).
+      submitCancelHandlerIfDue()
+      return
+    }
     // The registration handler is queued first: on a serial target it runs before any event
     // handler. On a concurrent target it only starts first: an event handler may start
-    // while it is still running.
-    if let registered = handlers.withLock({ $0.registration }) { queue.async(execute: registered) }
+    // while it is still running. Taken under the lock that `setRegistrationHandler` checks
+    // ACTIVATED under, so it runs exactly once however the two race.
+    if let registered = handlers.withLock({ $0.registration.take() }) {
+      queue.async(execute: registered)
+    }
     arm()
     if pendingData.load(ordering: .acquiring) != 0 { scheduleDelivery() }
   }
 
+  /// Sets the registration handler; on a source already activated it is queued at once
+  /// (GCD: a registration handler set after registration is invoked immediately).
+  func setRegistrationHandler(_ handler: (@Sendable () -> Void)?) {
+    let runNow = handlers.withLock { handlers -> (@Sendable () -> Void)? in
+      let current = status.load(ordering: .sequentiallyConsistent)
+      if current & Self.activated != 0 && current & Self.cancelled == 0 { return handler }
+      handlers.registration = handler
+      return nil
+    }
+    if let runNow { queue.async(execute: runNow) }
+  }
+
   func suspend() {
-    suspendCount.wrappingAdd(1, ordering: .acquiringAndReleasing)
+    suspendCount.wrappingAdd(1, ordering: .sequentiallyConsistent)
   }
 
   func resume(label: String) {
@@ -142,11 +178,14 @@ class SourceCore: @unchecked Sendable {
         clientBug("resume() on \(label) that is not suspended (over-resume)")
       }
       let (done, actual) = suspendCount.compareExchange(
-        expected: current, desired: current - 1, ordering: .acquiringAndReleasing)
+        expected: current, desired: current - 1, ordering: .sequentiallyConsistent)
       if done { break }
       current = actual
     }
-    if current == 1 { scheduleDelivery() }
+    if current == 1 {
+      scheduleDelivery()
+      submitCancelHandlerIfDue()
+    }
   }
 
   func cancel() {
@@ -156,9 +195,37 @@ class SourceCore: @unchecked Sendable {
     if previous & Self.pending == 0 { cancelStepDone() }
   }
 
+  /// The public source went away: cancels, and lets the cancel handler run even if the
+  /// source was never activated or is suspended (nobody is left to do either).
+  func release() {
+    status.bitwiseOr(Self.released, ordering: .sequentiallyConsistent)
+    cancel()
+    submitCancelHandlerIfDue()
+  }
+
   private func cancelStepDone() {
     guard cancelSteps.wrappingSubtract(1, ordering: .acquiringAndReleasing).newValue == 0 else {
       return
+    }
+    status.bitwiseOr(Self.cancelReady, ordering: .sequentiallyConsistent)
+    submitCancelHandlerIfDue()
+  }
+
+  /// Cancel step 3: submits the cancel handler once it is due, exactly once.
+  private func submitCancelHandlerIfDue() {
+    var current = status.load(ordering: .sequentiallyConsistent)
+    while true {
+      guard current & Self.cancelReady != 0, current & Self.cancelSubmitted == 0 else { return }
+      let free =
+        current & Self.released != 0
+        || (current & Self.activated != 0
+          && suspendCount.load(ordering: .sequentiallyConsistent) == 0)
+      guard free else { return }
+      let (claimed, actual) = status.compareExchange(
+        expected: current, desired: current | Self.cancelSubmitted,
+        ordering: .sequentiallyConsistent)
+      if claimed { break }
+      current = actual
     }
     queue.async { [self] in
       let cancelHandler = handlers.withLock { handlers -> (@Sendable () -> Void)? in

@@ -69,7 +69,7 @@ public final class Group: @unchecked Sendable {
     while true {
       let count = current & Self.countMask
       if count == 0 {
-        clientBug("Group.leave() called more times than enter() (count -1)")
+        clientBug("Group.leave() called more times than enter() (count \(Int(count) - 1))")
       }
       let desired =
         count == 1 ? (current & ~Self.countMask) &+ Self.generationOne : current - 1

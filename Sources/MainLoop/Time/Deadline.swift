@@ -89,12 +89,17 @@ public struct WallDeadline: Sendable, Hashable, Comparable, CustomStringConverti
     return WallDeadline(nanosecondsSinceEpoch: moved.uptimeNanoseconds)
   }
 
-  /// The monotonic deadline that corresponds to this wall time, as the clocks stand now.
+  /// The monotonic deadline that corresponds to this wall time, as the clocks stand now. A
+  /// wall time in the past maps as far into the monotonic past (no earlier than the
+  /// monotonic clock's zero), so a repeating timer started then counts the periods it missed.
   public var monotonicEquivalent: Deadline {
     if self == .distantFuture { return .distantFuture }
     let wallNow = WallDeadline.now.nanosecondsSinceEpoch
     let monoNow = Deadline.now
-    if nanosecondsSinceEpoch <= wallNow { return monoNow }
+    if nanosecondsSinceEpoch <= wallNow {
+      let ago = wallNow - nanosecondsSinceEpoch
+      return Deadline(uptimeNanoseconds: monoNow.uptimeNanoseconds - Swift.min(ago, monoNow.uptimeNanoseconds))
+    }
     return monoNow + .nanoseconds(Int64(clamping: nanosecondsSinceEpoch - wallNow))
   }
 
