@@ -28,6 +28,7 @@ let scenarios: [String: () -> Void] = [
   "main-chain": mainChainScenario,
   "main-post": mainPostScenario,
   "signal-mix": signalMixScenario,
+  "source-multiplex-main": sourceMultiplexMainScenario,
 ]
 
 guard CommandLine.arguments.count == 2, let scenario = scenarios[CommandLine.arguments[1]] else {

@@ -118,8 +118,10 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
   }
 
   /// An I/O driver thread saw readiness (the registration is tied to the file, so a reused
-  /// number never reaches this source: no identity check is needed).
-  func readinessFired() {
+  /// number never reaches this source: no identity check is needed). Returns how the
+  /// delivery went: the driver releases a source that did not take the event
+  /// (`IOEntry.swift`, rule 4).
+  func readinessFired() -> Scheduling {
     signal(1)
   }
 
@@ -157,7 +159,7 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
     }
     let (watch, entry) = watchState.withLock { ($0.watch, $0.entry) }
     if let entry {
-      if !IODriver.shared.rearm(entry, interest) {
+      if !entry.driver.rearm(entry, self) {
         writeStandardError(
           "LoopDispatch: \(label): fd \(fd) was closed (and perhaps reused) while the source watched it; "
             + "cancel a source before closing its descriptor. The source will not fire again.\n")
@@ -205,7 +207,7 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
     }
     if let entry {
       // Once this returns no readiness reaches the source; the descriptor may be closed.
-      IODriver.shared.unregister(entry, interest)
+      entry.driver.unregister(entry, self)
       completion()
     } else if let watch {
       // The duplicate is closed only once the loop no longer watches it.
