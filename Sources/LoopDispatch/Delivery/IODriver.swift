@@ -34,9 +34,6 @@ import Synchronization
 final class IODriver: @unchecked Sendable {
   // @unchecked Sendable: mutable state is behind `lock` or atomic, as stated above.
 
-  /// The driver, started on first use.
-  static let shared = IODriver()
-
   /// How long an inline handler runs before the standby thread takes over polling.
   static let inlineBudgetNanoseconds: UInt64 = 2_000_000
 
@@ -62,41 +59,80 @@ final class IODriver: @unchecked Sendable {
   private let inlineSequence = Atomic<UInt64>(0)
   /// Atomic. Whether the periodic watchdog timer is running.
   private let watchdogArmed = Atomic<Bool>(false)
+  /// Atomic. False if the standby thread could not be started: with nobody to take over from
+  /// a blocked handler, every handler then runs on its queue (never inline).
+  private let hasStandby = Atomic<Bool>(true)
   /// Atomic. Inline handlers run and events seen (for `RuntimeStats`).
   let inlineRuns = Atomic<UInt64>(0)
   let eventsSeen = Atomic<UInt64>(0)
 
-  private init() {
-    epfd = cls_epoll_create()
-    watchdogFD = cls_timerfd_create_blocking()
-    if epfd < 0 || watchdogFD < 0 {
-      resourceFailure("could not create the I/O driver's epoll set or timer (errno \(errno))")
-    }
-    defer { Self.started.store(true, ordering: .releasing) }
-    for index in 0..<2 {
-      do {
-        try NativeThread.spawnDetached(name: "ld.io.\(index)") { [self] in threadMain() }
-      } catch {
-        resourceFailure("could not start the I/O driver thread ld.io.\(index) (\(error))")
-      }
-    }
+  private init(epfd: Int32, watchdogFD: Int32) {
+    self.epfd = epfd
+    self.watchdogFD = watchdogFD
   }
 
-  /// Whether the driver has been started (its figures are zero until then).
-  private static let started = Atomic<Bool>(false)
+  // MARK: Starting
+
+  /// The running driver, published once by `start()`; never replaced. Lock-free to load
+  /// (acquiring; pairs with the releasing `storeIfNil` in `startSlow`).
+  private static let published = AtomicLazyReference<IODriver>()
+  /// Serialises starts, so two first sources never make two drivers. Protected by: itself.
+  private static let starting = LockedValue(())
+
+  /// The driver if it runs (always on a driver thread, and for a source with an entry).
+  static var running: IODriver? { published.load() }
+
+  /// The driver, started on first use. Any thread.
+  ///
+  /// A start the system refuses (no descriptor left for the epoll set or the watchdog timer,
+  /// `EMFILE`/`ENFILE`; no thread) is an error for the source that asked, with nothing kept:
+  /// the next source tries again, so a process that ran out of descriptors recovers once it
+  /// closes some.
+  static func start() -> Result<IODriver, IORegistrationError> {
+    if let driver = published.load() { return .success(driver) }
+    return startSlow()
+  }
+
+  @inline(never)
+  private static func startSlow() -> Result<IODriver, IORegistrationError> {
+    starting.withLock { _ -> Result<IODriver, IORegistrationError> in
+      if let driver = published.load() { return .success(driver) }
+      let epfd = cls_epoll_create()
+      if epfd < 0 { return .failure(.init(code: errno)) }
+      let watchdogFD = cls_timerfd_create_blocking()
+      if watchdogFD < 0 {
+        let code = errno
+        close(epfd)
+        return .failure(.init(code: code))
+      }
+      let driver = IODriver(epfd: epfd, watchdogFD: watchdogFD)
+      do throws(ThreadSpawnError) {
+        try NativeThread.spawnDetached(name: "ld.io.0") { driver.threadMain() }
+      } catch {
+        // No thread uses the descriptors yet: give them back.
+        close(watchdogFD)
+        close(epfd)
+        return .failure(.init(code: error.code))
+      }
+      do {
+        try NativeThread.spawnDetached(name: "ld.io.1") { driver.threadMain() }
+      } catch {
+        // ld.io.0 runs (and cannot be stopped): keep it as the only poller.
+        driver.hasStandby.store(false, ordering: .relaxed)
+        writeStandardError(
+          "LoopDispatch: warning: could not start the I/O driver thread ld.io.1 (\(error)); "
+            + "fd handlers run on their queues, never on the driver thread\n")
+      }
+      return .success(published.storeIfNil(driver))
+    }
+  }
 
   /// Registered descriptor files, 0 before the driver starts (for `RuntimeStats`).
-  static var registeredCount: Int {
-    started.load(ordering: .acquiring) ? shared.lock.withLock { $0.byToken.count } : 0
-  }
+  static var registeredCount: Int { running?.lock.withLock { $0.byToken.count } ?? 0 }
   /// Readiness events received (for `RuntimeStats`).
-  static var eventCount: UInt64 {
-    started.load(ordering: .acquiring) ? shared.eventsSeen.load(ordering: .relaxed) : 0
-  }
+  static var eventCount: UInt64 { running?.eventsSeen.load(ordering: .relaxed) ?? 0 }
   /// Handlers run inline (for `RuntimeStats`).
-  static var inlineCount: UInt64 {
-    started.load(ordering: .acquiring) ? shared.inlineRuns.load(ordering: .relaxed) : 0
-  }
+  static var inlineCount: UInt64 { running?.inlineRuns.load(ordering: .relaxed) ?? 0 }
 
   /// Whether the calling thread is a driver thread.
   static var isDriverThread: Bool { DriverThreadMark.isSet }
@@ -255,6 +291,7 @@ final class IODriver: @unchecked Sendable {
   /// handler runs.
   var mayRunInline: Bool {
     DriverThreadMark.inlinePermitted && !inlineRunning.load(ordering: .relaxed)
+      && hasStandby.load(ordering: .relaxed)
   }
 }
 

@@ -86,7 +86,9 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
     watchState.withLock { state in
       guard !state.tornDown else { return }
       if !persistentWatch {
-        switch IODriver.shared.register(self, fd: fd, interest: interest) {
+        // Starting the driver may fail too (no descriptor left for its epoll set): an error
+        // for this source alone; the next source tries again.
+        switch IODriver.start().flatMap({ $0.register(self, fd: fd, interest: interest) }) {
         case .success(let entry): state.entry = entry
         case .failure(let error): failRegistration(.registrationFailed(errno: error.code), fd: fd)
         }
@@ -98,7 +100,7 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
         return
       }
       do throws(EventLoopError) {
-        state.watch = try loop.watch(fd: duplicate, for: interest, oneShot: false) {
+        state.watch = try EventLoop.main.watch(fd: duplicate, for: interest, oneShot: false) {
           [self] in mainLoopReadinessFired()
         }
         state.privateFD = duplicate
