@@ -18,21 +18,22 @@ extension IODriver {
         // Rule 8. The number was closed while watched and now names another file: the old
         // entry's registration went (or goes) with its file; forget it (its sources never
         // fire again).
-        tables.byDescriptor[fd] = nil
-        tables.byToken[existing.token] = nil
-        existing.evicted = true
+        evict(existing, from: &tables)
       }
       if let entry = tables.byDescriptor[fd] {
+        // Rule 6, with a system call even if the interest is armed (once per source, not per
+        // event): it proves the registration still exists.
         entry[interest].slots.append(.init(core: core))
-        guard entry.armed & interest.epollBit == 0 else { return .success(entry) }  // Rule 7.
-        entry.armed |= interest.epollBit  // Rule 6.
+        let before = entry.armed
+        entry.armed |= interest.epollBit
         let code = cls_epoll_control(epfd, cls_epoll_ctl_mod, fd, entry.wanted, entry.token)
-        if code != 0 {
-          entry[interest].slots.removeLast()
-          entry.armed &= ~interest.epollBit
-          return .failure(.init(code: code))
-        }
-        return .success(entry)
+        if code == 0 { return .success(entry) }
+        entry[interest].slots.removeLast()
+        entry.armed = before
+        guard code == ENOENT else { return .failure(.init(code: code)) }
+        // Rule 8. The number was closed while watched (the registration went with its file)
+        // and reopened on the same file: same identity, new registration.
+        evict(entry, from: &tables)
       }
       let entry = IOEntry(fd: fd, identity: identity, token: tables.nextToken, driver: self)
       tables.nextToken &+= 1
@@ -107,6 +108,14 @@ extension IODriver {
         _ = cls_epoll_control(epfd, cls_epoll_ctl_mod, entry.fd, entry.wanted, entry.token)
       }
     }
+  }
+
+  /// Forgets `entry` (rule 8): its token goes stale and its sources never fire again. Under
+  /// `lock`.
+  private func evict(_ entry: IOEntry, from tables: inout Tables) {
+    tables.byDescriptor[entry.fd] = nil
+    tables.byToken[entry.token] = nil
+    entry.evicted = true
   }
 
   /// Enables `interest` in the registration unless it is armed already (rule 7). Returns

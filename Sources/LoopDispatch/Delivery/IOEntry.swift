@@ -37,16 +37,19 @@ import MainLoop
 ///    delivery may never come: a cancelled source skips `didDeliver`). If none remain, the
 ///    interest is dropped from the registration; if no source is left at all, the
 ///    registration is deleted and the token forgotten.
-/// 6. **A source joining arms its interest at once** (one `epoll_ctl(MOD)` if it was not
-///    armed): its first readiness must not wait for the others' deliveries. Sources owing the
-///    current event keep their marks; the extra report merges into their pending data.
+/// 6. **A source joining arms its interest at once** (one `epoll_ctl(MOD)`, made even if the
+///    interest is armed, since it also proves the registration still exists): its first
+///    readiness must not wait for the others' deliveries. Sources owing the current event
+///    keep their marks; the extra report merges into their pending data.
 /// 7. **A re-arm of an interest already in `armed` makes no system call.** By rule 1 the
 ///    kernel has it enabled, or `dispatch` is about to handle a report of it (and re-enables
 ///    what did not fire), so nothing is lost. With several sources, only the last to finish
 ///    pays the `epoll_ctl`.
 /// 8. **Tokens defend against reuse.** A number closed and reused for another file gets a new
-///    entry and token (`register` evicts the old entry); a report with a stale token is
-///    skipped, and re-arming an evicted or removed entry does nothing.
+///    entry and token (`register` evicts the old entry); so does a number closed while
+///    watched and reopened on the same file (same identity, but the joining `MOD` finds no
+///    registration: `ENOENT`). A report with a stale token is skipped, and re-arming an
+///    evicted or removed entry does nothing.
 ///
 /// Together: an interest stays disarmed only while some source owes a delivery (it will
 /// finish or leave: rules 3 and 5) or while no source could take the last report (each holds
