@@ -119,6 +119,59 @@ import Testing
     close(pair.write)
   }
 
+  /// Stress: while sources on various targets join, suspend, resume and leave one
+  /// descriptor, a permanent reader keeps getting every byte. A lost re-arm (a mark never
+  /// released, a leaver's owed delivery never replaced) would stall it. Small by default;
+  /// `LOOPDISPATCH_TEST_SCALE` scales it.
+  @Test func churnOfOtherSourcesNeverStallsAReader() throws {
+    let pair = try makePipe()
+    let reader = try ReadSource(fd: pair.read, queue: Queue(label: "multiplex-churn-reader"))
+    let got = LoopDispatch.Semaphore(value: 0)
+    reader.setEventHandler { [unowned reader] in
+      if drain(reader.fd) > 0 { got.signal() }
+    }
+    let readerCancelled = Latch()
+    reader.setCancelHandler { readerCancelled.open() }
+    reader.activate()
+    let targets: [Queue] = [
+      .global(), Queue(label: "multiplex-churn-serial"),
+      Queue(label: "multiplex-churn-concurrent", attributes: .concurrent),
+    ]
+    var others: [(source: Source, suspended: Bool)] = []
+    let othersCancelled = Counter()
+    let allCancelled = Latch()
+    let rounds = scaled(300)
+    for round in 0..<rounds {
+      let other = try ReadSource(fd: pair.read, queue: targets[round % targets.count])
+      other.setEventHandler {}
+      other.setCancelHandler { if othersCancelled.increment() == rounds { allCancelled.open() } }
+      let suspended = round % 4 == 1
+      if suspended { other.suspend() }
+      other.activate()
+      others.append((other, suspended))
+      writeBytes(pair.write, 1)
+      if got.wait(timeout: .seconds(30)) == .timedOut {
+        Issue.record("round \(round): the reader stalled")
+        break
+      }
+      // Leave in another order than joining; resume the suspended ones now and then.
+      if round % 3 == 2 { others.removeFirst().source.cancel() }
+      if round % 5 == 4 {
+        for index in others.indices where others[index].suspended {
+          others[index].source.resume()
+          others[index].suspended = false
+        }
+      }
+    }
+    for other in others { other.source.cancel() }
+    others.removeAll()
+    #expect(allCancelled.wait(), "\(othersCancelled.current) of \(rounds) cancel handlers ran")
+    reader.cancel()
+    #expect(readerCancelled.wait())
+    close(pair.read)
+    close(pair.write)
+  }
+
   /// Sources on one descriptor with targets on the main loop and on the I/O driver: two
   /// main-queue sources, a serial queue targeting main, a serial queue and a global queue
   /// (the `source-multiplex-main` scenario of LoopDispatchTestHost).

@@ -23,12 +23,12 @@ extension IODriver {
       if let entry = tables.byDescriptor[fd] {
         // Rule 6, with a system call even if the interest is armed (once per source, not per
         // event): it proves the registration still exists.
-        entry[interest].slots.append(.init(core: core))
+        entry.update(interest) { $0.add(core) }
         let before = entry.armed
         entry.armed |= interest.epollBit
         let code = cls_epoll_control(epfd, cls_epoll_ctl_mod, fd, entry.wanted, entry.token)
         if code == 0 { return .success(entry) }
-        entry[interest].slots.removeLast()
+        entry.update(interest) { $0.remove(at: $0.cores.count - 1) }
         entry.armed = before
         guard code == ENOENT else { return .failure(.init(code: code)) }
         // Rule 8. The number was closed while watched (the registration went with its file)
@@ -37,7 +37,7 @@ extension IODriver {
       }
       let entry = IOEntry(fd: fd, identity: identity, token: tables.nextToken, driver: self)
       tables.nextToken &+= 1
-      entry[interest].slots.append(.init(core: core))
+      entry.update(interest) { $0.add(core) }
       entry.armed = interest.epollBit
       let code = cls_epoll_control(epfd, cls_epoll_ctl_add, fd, entry.wanted, entry.token)
       if code != 0 { return .failure(.init(code: code)) }
@@ -57,9 +57,12 @@ extension IODriver {
       guard !entry.evicted, !entry.removed, let index = entry[interest].index(of: core) else {
         return true
       }
-      _ = entry[interest].release(at: index)
-      entry[interest].deliveredSinceFire = true
-      guard entry[interest].owing == 0 else { return true }  // The last to finish re-arms.
+      let owing = entry.update(interest) { sources in
+        _ = sources.release(at: index)
+        sources.deliveredSinceFire = true
+        return sources.owing
+      }
+      guard owing == 0 else { return true }  // The last to finish re-arms.
       return enableLocked(entry, interest)
     }
   }
@@ -68,8 +71,7 @@ extension IODriver {
   func decline(_ entry: IOEntry, _ core: FileDescriptorCore, _ interest: FDInterest) {
     lock.withLock { _ in
       guard !entry.evicted, !entry.removed, let index = entry[interest].index(of: core),
-        entry[interest].release(at: index), entry[interest].owing == 0,
-        entry[interest].deliveredSinceFire
+        entry.update(interest, { $0.release(at: index) && $0.owing == 0 && $0.deliveredSinceFire })
       else { return }
       // A failure here reaches the sources at their own re-arm (rule 7 does not skip it:
       // `enableLocked` clears `armed`).
@@ -83,8 +85,7 @@ extension IODriver {
     lock.withLock { tables in
       let interest = core.interest
       guard let index = entry[interest].index(of: core) else { return }
-      _ = entry[interest].release(at: index)
-      entry[interest].slots.remove(at: index)
+      entry.update(interest) { $0.remove(at: index) }
       guard !entry.evicted, !entry.removed else { return }
       if entry.isEmpty {
         entry.removed = true
@@ -97,7 +98,7 @@ extension IODriver {
       }
       let before = entry.armed
       // The leaver counts as having delivered: a later decline of the last mark re-arms.
-      entry[interest].deliveredSinceFire = true
+      entry.update(interest) { $0.deliveredSinceFire = true }
       if entry[interest].isEmpty {
         entry.armed &= ~interest.epollBit
       } else if entry[interest].owing == 0 {

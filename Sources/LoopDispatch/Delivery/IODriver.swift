@@ -239,12 +239,12 @@ final class IODriver: @unchecked Sendable {
     currentThreadHoldsRole = true
     guard let entry else { return true }
     var unhanded = fired.readers.count + fired.writers.count
-    func hand(_ slots: [IOEntry.Slot], _ interest: FDInterest) {
-      for slot in slots {
+    func hand(_ cores: [FileDescriptorCore], _ interest: FDInterest) {
+      for core in cores {
         unhanded -= 1
         DriverThreadMark.inlinePermitted = last && unhanded == 0
-        if slot.core.readinessFired() == .notScheduled {
-          decline(entry, slot.core, interest)  // Rule 4.
+        if core.readinessFired() == .notScheduled {
+          decline(entry, core, interest)  // Rule 4.
         }
       }
     }

@@ -83,48 +83,62 @@ final class IOEntry: @unchecked Sendable {
     self.driver = driver
   }
 
-  /// One source of an interest and whether it owes a delivery of the last report (rule 2).
-  struct Slot {
-    let core: FileDescriptorCore
-    var owes = false
-  }
-
-  /// The sources of one interest and their marks.
+  /// The sources of one interest and their marks (rule 2).
   struct InterestSources {
-    var slots: [Slot] = []
-    /// How many slots owe a delivery.
-    var owing = 0
+    /// The sources, in registration order. Snapshots of it are handed out by `fire`, so it
+    /// changes only when a source joins or leaves, never per event.
+    private(set) var cores: [FileDescriptorCore] = []
+    /// Whether `cores[i]` owes a delivery of the last report. Never shared, so marking and
+    /// releasing write in place (no copy, no allocation per event).
+    private var owes: [Bool] = []
+    /// How many sources owe a delivery.
+    private(set) var owing = 0
     /// Whether a source finished a delivery (or left) since the last report (rules 3–5).
     var deliveredSinceFire = false
 
-    var isEmpty: Bool { slots.isEmpty }
+    var isEmpty: Bool { cores.isEmpty }
 
     func index(of core: FileDescriptorCore) -> Int? {
-      slots.firstIndex { $0.core === core }
+      cores.firstIndex { $0 === core }
+    }
+
+    mutating func add(_ core: FileDescriptorCore) {
+      cores.append(core)
+      owes.append(false)
+    }
+
+    /// Removes the source at `index`, releasing its mark.
+    mutating func remove(at index: Int) {
+      _ = release(at: index)
+      cores.remove(at: index)
+      owes.remove(at: index)
     }
 
     /// Clears the mark at `index`; returns whether there was one.
     mutating func release(at index: Int) -> Bool {
-      guard slots[index].owes else { return false }
-      slots[index].owes = false
+      guard owes[index] else { return false }
+      owes[index] = false
       owing -= 1
       return true
     }
 
     /// Rule 2: every source owes a delivery of the new report.
     mutating func markAllOwing() {
-      for index in slots.indices { slots[index].owes = true }
-      owing = slots.count
+      for index in owes.indices { owes[index] = true }
+      owing = owes.count
       deliveredSinceFire = false
     }
   }
 
   /// The sources of `interest`.
   subscript(interest: FDInterest) -> InterestSources {
-    get { interest == .read ? readers : writers }
-    set {
-      if interest == .read { readers = newValue } else { writers = newValue }
-    }
+    interest == .read ? readers : writers
+  }
+
+  /// Changes the sources of `interest` in place (a copy through a setter would copy their
+  /// arrays on every change).
+  func update<T>(_ interest: FDInterest, _ body: (inout InterestSources) -> T) -> T {
+    interest == .read ? body(&readers) : body(&writers)
   }
 
   var isEmpty: Bool { readers.isEmpty && writers.isEmpty }
@@ -138,8 +152,8 @@ final class IOEntry: @unchecked Sendable {
 
   /// The sources a report reaches (snapshots: handed out after the lock is released).
   struct Fired {
-    var readers: [Slot] = []
-    var writers: [Slot] = []
+    var readers: [FileDescriptorCore] = []
+    var writers: [FileDescriptorCore] = []
   }
 
   /// Rule 2 for a report of `events`: disarms the fired interests and marks their sources.
@@ -154,11 +168,11 @@ final class IOEntry: @unchecked Sendable {
     var result = Fired()
     if fired & cls_epollin != 0 {
       readers.markAllOwing()
-      result.readers = readers.slots
+      result.readers = readers.cores
     }
     if fired & cls_epollout != 0 {
       writers.markAllOwing()
-      result.writers = writers.slots
+      result.writers = writers.cores
     }
     return result
   }
