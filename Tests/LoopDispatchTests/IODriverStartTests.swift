@@ -84,8 +84,12 @@ private func fullTableScenario(startingTheServiceLoopFirst: Bool) -> Never {
   if let error = source.registrationError { startTestFailure("later source: \(error)") }
   var byte: UInt8 = 1
   _ = write(writeEnd, &byte, 1)
-  if fired.wait(timeout: .seconds(30)) == .timedOut {
-    startTestFailure("the later source never fired")
+  // Kept alive until it fired: a source released early is cancelled (optimised builds end
+  // a local's lifetime at its last use).
+  withExtendedLifetime(source) {
+    if fired.wait(timeout: .seconds(30)) == .timedOut {
+      startTestFailure("the later source never fired")
+    }
   }
   exit(0)
 }
