@@ -29,6 +29,7 @@ let scenarios: [String: () -> Void] = [
   "main-post": mainPostScenario,
   "signal-mix": signalMixScenario,
   "retarget-main": retargetMainScenario,
+  "source-multiplex-main": sourceMultiplexMainScenario,
 ]
 
 guard CommandLine.arguments.count == 2, let scenario = scenarios[CommandLine.arguments[1]] else {

@@ -45,6 +45,16 @@ import Testing
     }
   }
 
+  /// The number is closed while watched and reopened on the same pipe (a new open file
+  /// description, so the same device and inode but no registration): a new source on it
+  /// fires. Before, it joined the old entry and was refused (EEXIST) or never fired.
+  @Test func aNumberReopenedOnTheSameFileFiresForItsNextSource() async {
+    await #expect(processExitsWith: .success) {
+      do { try reopenOnTheSameFile() } catch { reuseFailure("\(error)") }
+      exit(0)
+    }
+  }
+
   /// The same with sources on the main queue (persistent watches on the main loop), driven
   /// by a child process's main thread.
   @Test func mainQueueSourcesOnAReusedNumberFire() {
@@ -113,6 +123,44 @@ private func runReuseRounds(cancelFirst: Bool, queue: Queue) throws {
     close(number)
     close(second.write)
   }
+}
+
+/// Source A watches a pipe's read end; a second descriptor is opened on the same pipe
+/// through /proc (its own open file description); A's number is closed (its registration
+/// goes with its file description) and made to name the new description with `dup2`. A new
+/// source B on the number must fire; A must not, and its cancel handler runs once.
+private func reopenOnTheSameFile() throws {
+  let pair = try makePipe()
+  let queue = Queue(label: "reuse-same-file")
+  let oldFired = Counter()
+  let oldCancelled = Latch()
+  let old = try ReadSource(fd: pair.read, queue: queue)
+  old.setEventHandler { _ = oldFired.increment() }
+  old.setCancelHandler { oldCancelled.open() }
+  old.activate()
+  let reopened = open("/proc/self/fd/\(pair.read)", O_RDONLY | O_NONBLOCK | O_CLOEXEC)
+  if reopened < 0 { reuseFailure("reopening the pipe failed: errno \(errno)") }
+  close(pair.read)
+  if dup2(reopened, pair.read) != pair.read { reuseFailure("dup2 failed") }
+  close(reopened)
+  let fired = Latch()
+  let newCancelled = Latch()
+  let new = try ReadSource(fd: pair.read, queue: queue)
+  new.setEventHandler { [unowned new] in
+    _ = drain(new.fd)
+    fired.open()
+  }
+  new.setCancelHandler { newCancelled.open() }
+  new.activate()
+  if let error = new.registrationError { reuseFailure("the new source: \(error)") }
+  _ = writeBytes(pair.write, 1)
+  if !fired.wait(seconds: 10) { reuseFailure("the source on the reopened number never fired") }
+  new.cancel()
+  old.cancel()
+  if !newCancelled.wait() || !oldCancelled.wait() { reuseFailure("a cancel handler never ran") }
+  if oldFired.current != 0 { reuseFailure("the old source fired after its file was closed") }
+  close(pair.read)
+  close(pair.write)
 }
 
 /// Ends the child process with a message on standard error.

@@ -8,15 +8,17 @@ import Synchronization
 ///
 /// Walk-through of one event (a readable socket whose source targets an idle serial queue):
 /// 1. The source registered its descriptor one-shot (`EPOLLONESHOT`) with a token naming its
-///    entry (`IOEntry`; one entry per descriptor file, carrying the read and the write source).
+///    entry (`IOEntry`: one registration per descriptor file, shared by all its read and
+///    write sources; `IOEntry.swift` gives the multiplexing rules).
 /// 2. The thread holding the *poller role* sleeps in `epoll_wait` and wakes with the event.
 ///    It looks the token up (a stale token — the entry was removed, its number perhaps
-///    reused — is skipped) and hands readiness to the sources.
+///    reused — is skipped) and hands readiness to every source of the fired interests.
 /// 3. If the target queue's chain is serial and idle, the poller claims it (as an uncontended
 ///    `sync` would) and runs the handler itself: no thread hop. Otherwise the delivery is
 ///    queued on the target like any other work.
 /// 4. After the handler returns, the thread that ran it re-arms interest with `epoll_ctl`
-///    (`rearm`): a system call, never a post to a loop, never a wake-up.
+///    (`rearm`, in `IODriver+Registration.swift`): a system call, never a post to a loop,
+///    never a wake-up. With several sources of one interest, the last to finish re-arms.
 ///
 /// A handler that blocks must not freeze other descriptors. Two driver threads share the role:
 /// the poller releases the role for each inline handler; the other thread stands by, asleep
@@ -26,13 +28,11 @@ import Synchronization
 /// so other descriptors wait at most ~4 ms for a blocked handler. Only one inline handler runs
 /// at a time: while one runs, readiness is delivered through the target queues.
 ///
-/// Who may touch what: the tables behind `lock` (entries by descriptor and by token);
-/// `role`, `inlineRunning` are atomics; `epfd` and `watchdogFD` are immutable.
+/// Who may touch what: the tables behind `lock` (entries by descriptor and by token, and the
+/// entries' fields); `role`, `inlineRunning` and the counters are atomics; `epfd` and
+/// `watchdogFD` are immutable.
 final class IODriver: @unchecked Sendable {
   // @unchecked Sendable: mutable state is behind `lock` or atomic, as stated above.
-
-  /// The driver, started on first use.
-  static let shared = IODriver()
 
   /// How long an inline handler runs before the standby thread takes over polling.
   static let inlineBudgetNanoseconds: UInt64 = 2_000_000
@@ -46,8 +46,9 @@ final class IODriver: @unchecked Sendable {
     var byToken: [UInt64: IOEntry] = [:]
     var nextToken: UInt64 = 1
   }
-  /// Protected by: its lock. Also serialises every `epoll_ctl` on an entry, so a re-arm never
-  /// races with the removal of its registration.
+  /// Protected by: its lock. Also serialises every `epoll_ctl` on an entry and the entries'
+  /// multiplexing fields (`IOEntry.swift`), so a re-arm never races with the removal of its
+  /// registration.
   let lock = LockedValue(Tables())
 
   /// Atomic. 1 while a driver thread holds the poller role (it alone calls `epoll_wait`).
@@ -58,120 +59,83 @@ final class IODriver: @unchecked Sendable {
   private let inlineSequence = Atomic<UInt64>(0)
   /// Atomic. Whether the periodic watchdog timer is running.
   private let watchdogArmed = Atomic<Bool>(false)
+  /// Atomic. False if the standby thread could not be started: with nobody to take over from
+  /// a blocked handler, every handler then runs on its queue (never inline).
+  private let hasStandby = Atomic<Bool>(true)
   /// Atomic. Inline handlers run and events seen (for `RuntimeStats`).
   let inlineRuns = Atomic<UInt64>(0)
   let eventsSeen = Atomic<UInt64>(0)
 
-  private init() {
-    epfd = cls_epoll_create()
-    watchdogFD = cls_timerfd_create_blocking()
-    if epfd < 0 || watchdogFD < 0 {
-      resourceFailure("could not create the I/O driver's epoll set or timer (errno \(errno))")
-    }
-    defer { Self.started.store(true, ordering: .releasing) }
-    for index in 0..<2 {
-      do {
-        try NativeThread.spawnDetached(name: "ld.io.\(index)") { [self] in threadMain() }
-      } catch {
-        resourceFailure("could not start the I/O driver thread ld.io.\(index) (\(error))")
-      }
-    }
+  private init(epfd: Int32, watchdogFD: Int32) {
+    self.epfd = epfd
+    self.watchdogFD = watchdogFD
   }
 
-  /// Whether the driver has been started (its figures are zero until then).
-  private static let started = Atomic<Bool>(false)
+  // MARK: Starting
+
+  /// The running driver, published once by `start()`; never replaced. Lock-free to load
+  /// (acquiring; pairs with the releasing `storeIfNil` in `startSlow`).
+  private static let published = AtomicLazyReference<IODriver>()
+  /// Serialises starts, so two first sources never make two drivers. Protected by: itself.
+  private static let starting = LockedValue(())
+
+  /// The driver if it runs (always on a driver thread, and for a source with an entry).
+  static var running: IODriver? { published.load() }
+
+  /// The driver, started on first use. Any thread.
+  ///
+  /// A start the system refuses (no descriptor left for the epoll set or the watchdog timer,
+  /// `EMFILE`/`ENFILE`; no thread) is an error for the source that asked, with nothing kept:
+  /// the next source tries again, so a process that ran out of descriptors recovers once it
+  /// closes some.
+  static func start() -> Result<IODriver, IORegistrationError> {
+    if let driver = published.load() { return .success(driver) }
+    return startSlow()
+  }
+
+  @inline(never)
+  private static func startSlow() -> Result<IODriver, IORegistrationError> {
+    starting.withLock { _ -> Result<IODriver, IORegistrationError> in
+      if let driver = published.load() { return .success(driver) }
+      let epfd = cls_epoll_create()
+      if epfd < 0 { return .failure(.init(code: errno)) }
+      let watchdogFD = cls_timerfd_create_blocking()
+      if watchdogFD < 0 {
+        let code = errno
+        close(epfd)
+        return .failure(.init(code: code))
+      }
+      let driver = IODriver(epfd: epfd, watchdogFD: watchdogFD)
+      do throws(ThreadSpawnError) {
+        try NativeThread.spawnDetached(name: "ld.io.0") { driver.threadMain() }
+      } catch {
+        // No thread uses the descriptors yet: give them back.
+        close(watchdogFD)
+        close(epfd)
+        return .failure(.init(code: error.code))
+      }
+      do {
+        try NativeThread.spawnDetached(name: "ld.io.1") { driver.threadMain() }
+      } catch {
+        // ld.io.0 runs (and cannot be stopped): keep it as the only poller.
+        driver.hasStandby.store(false, ordering: .relaxed)
+        writeStandardError(
+          "LoopDispatch: warning: could not start the I/O driver thread ld.io.1 (\(error)); "
+            + "fd handlers run on their queues, never on the driver thread\n")
+      }
+      return .success(published.storeIfNil(driver))
+    }
+  }
 
   /// Registered descriptor files, 0 before the driver starts (for `RuntimeStats`).
-  static var registeredCount: Int {
-    started.load(ordering: .acquiring) ? shared.lock.withLock { $0.byToken.count } : 0
-  }
+  static var registeredCount: Int { running?.lock.withLock { $0.byToken.count } ?? 0 }
   /// Readiness events received (for `RuntimeStats`).
-  static var eventCount: UInt64 {
-    started.load(ordering: .acquiring) ? shared.eventsSeen.load(ordering: .relaxed) : 0
-  }
+  static var eventCount: UInt64 { running?.eventsSeen.load(ordering: .relaxed) ?? 0 }
   /// Handlers run inline (for `RuntimeStats`).
-  static var inlineCount: UInt64 {
-    started.load(ordering: .acquiring) ? shared.inlineRuns.load(ordering: .relaxed) : 0
-  }
+  static var inlineCount: UInt64 { running?.inlineRuns.load(ordering: .relaxed) ?? 0 }
 
   /// Whether the calling thread is a driver thread.
   static var isDriverThread: Bool { DriverThreadMark.isSet }
-
-  // MARK: Registration
-
-  /// Watches `fd` for `interest` on behalf of `core`, one-shot. Any thread.
-  /// - Returns: the entry to re-arm and unregister with, or an errno.
-  func register(_ core: FileDescriptorCore, fd: Int32, interest: FDInterest) -> Result<
-    IOEntry, IORegistrationError
-  > {
-    guard let identity = FileIdentity(of: fd) else { return .failure(.init(code: EBADF)) }
-    return lock.withLock { tables -> Result<IOEntry, IORegistrationError> in
-      if let existing = tables.byDescriptor[fd], existing.identity != identity {
-        // The number was closed while watched and now names another file: the old entry's
-        // registration died with its file; forget it (its sources never fire again).
-        tables.byDescriptor[fd] = nil
-        tables.byToken[existing.token] = nil
-        existing.evicted = true
-      }
-      if let entry = tables.byDescriptor[fd] {
-        guard entry.core(for: interest) == nil else { return .failure(.init(code: EEXIST)) }
-        entry.setCore(core, for: interest)
-        entry.armed |= interest.epollBit
-        let code = cls_epoll_control(epfd, cls_epoll_ctl_mod, fd, entry.wanted, entry.token)
-        if code != 0 {
-          entry.setCore(nil, for: interest)
-          entry.armed &= ~interest.epollBit
-          return .failure(.init(code: code))
-        }
-        return .success(entry)
-      }
-      let entry = IOEntry(fd: fd, identity: identity, token: tables.nextToken)
-      tables.nextToken &+= 1
-      entry.setCore(core, for: interest)
-      entry.armed = interest.epollBit
-      let code = cls_epoll_control(epfd, cls_epoll_ctl_add, fd, entry.wanted, entry.token)
-      if code != 0 { return .failure(.init(code: code)) }
-      tables.byDescriptor[fd] = entry
-      tables.byToken[entry.token] = entry
-      return .success(entry)
-    }
-  }
-
-  /// Re-enables `interest` after a delivery. Any thread (the one that ran the handler).
-  /// - Returns: false if the descriptor was closed while watched (the kernel dropped the
-  ///   registration with the file, so the number no longer names a watched file): the source
-  ///   will not fire again, and the caller says so.
-  func rearm(_ entry: IOEntry, _ interest: FDInterest) -> Bool {
-    lock.withLock { _ in
-      guard !entry.evicted, !entry.removed, entry.core(for: interest) != nil else { return true }
-      entry.armed |= interest.epollBit
-      let code = cls_epoll_control(epfd, cls_epoll_ctl_mod, entry.fd, entry.wanted, entry.token)
-      if code == ENOENT || code == EBADF {
-        entry.armed = 0
-        return false
-      }
-      return true
-    }
-  }
-
-  /// Stops watching `interest` for `entry`. A poller that took an event before may still hand
-  /// it to the core afterwards; the core is cancelled by then, so no handler starts. Any thread.
-  func unregister(_ entry: IOEntry, _ interest: FDInterest) {
-    lock.withLock { tables in
-      entry.setCore(nil, for: interest)
-      entry.armed &= ~interest.epollBit
-      guard !entry.evicted, !entry.removed else { return }
-      if entry.readCore == nil && entry.writeCore == nil {
-        entry.removed = true
-        tables.byDescriptor[entry.fd] = nil
-        tables.byToken[entry.token] = nil
-        // ENOENT/EBADF: the descriptor was closed already; nothing to remove.
-        _ = cls_epoll_control(epfd, cls_epoll_ctl_del, entry.fd, 0, 0)
-      } else if entry.armed != 0 {
-        _ = cls_epoll_control(epfd, cls_epoll_ctl_mod, entry.fd, entry.wanted, entry.token)
-      }
-    }
-  }
 
   // MARK: Driver threads
 
@@ -245,8 +209,7 @@ final class IODriver: @unchecked Sendable {
       guard count > 0 else { continue }  // EINTR
       eventsSeen.wrappingAdd(UInt64(count), ordering: .relaxed)
       for index in 0..<Int(count) {
-        DriverThreadMark.inlinePermitted = index == Int(count) - 1
-        if !dispatch(events: events[index], token: tokens[index]) {
+        if !dispatch(events: events[index], token: tokens[index], last: index == Int(count) - 1) {
           // Lost the role during the last (inline) handler: stand by.
           DriverThreadMark.inlinePermitted = false
           return
@@ -260,34 +223,34 @@ final class IODriver: @unchecked Sendable {
   static let batchSize = 32
 
   /// Hands one event to its sources. Returns false if this thread lost the poller role
-  /// while running an inline handler.
-  private func dispatch(events: UInt32, token: UInt64) -> Bool {
-    // One-shot: the kernel disabled the whole registration. Interests that did not fire stay
-    // wanted, so they are re-enabled at once; the fired ones are re-armed after delivery.
-    let ready: (read: FileDescriptorCore?, write: FileDescriptorCore?) = lock.withLock {
-      tables in
-      guard let entry = tables.byToken[token] else {
-        return (nil, nil)
-      }
-      let failed = events & (cls_epollerr | cls_epollhup) != 0
-      var fired: UInt32 = 0
-      // A peer's half-close (RDHUP) is read readiness: the read returns 0.
-      if events & (cls_epollin | cls_epollrdhup) != 0 || failed {
-        fired |= entry.armed & cls_epollin
-      }
-      if events & cls_epollout != 0 || failed { fired |= entry.armed & cls_epollout }
-      entry.armed &= ~fired
+  /// while running an inline handler. Of the sources one event reaches, only the last may run
+  /// inline, and only if the event is the `last` of its batch: the others are queued first,
+  /// for the same reason as the batch rule above.
+  private func dispatch(events: UInt32, token: UInt64, last: Bool) -> Bool {
+    // One-shot: the kernel disabled the whole registration (`IOEntry.swift`, rule 2).
+    let (entry, fired) = lock.withLock { tables -> (IOEntry?, IOEntry.Fired) in
+      guard let entry = tables.byToken[token] else { return (nil, IOEntry.Fired()) }
+      let fired = entry.fire(events)
       if entry.armed != 0 {
         _ = cls_epoll_control(epfd, cls_epoll_ctl_mod, entry.fd, entry.wanted, entry.token)
       }
-      return (
-        fired & cls_epollin != 0 ? entry.readCore : nil,
-        fired & cls_epollout != 0 ? entry.writeCore : nil
-      )
+      return (entry, fired)
     }
     currentThreadHoldsRole = true
-    ready.read?.readinessFired()
-    ready.write?.readinessFired()
+    guard let entry else { return true }
+    var unhanded = fired.readers.count + fired.writers.count
+    func hand(_ cores: [FileDescriptorCore], _ interest: FDInterest) {
+      for core in cores {
+        unhanded -= 1
+        DriverThreadMark.inlinePermitted = last && unhanded == 0
+        if core.readinessFired() == .notScheduled {
+          decline(entry, core, interest)  // Rule 4.
+        }
+      }
+    }
+    hand(fired.readers, .read)
+    hand(fired.writers, .write)
+    DriverThreadMark.inlinePermitted = false
     return currentThreadHoldsRole
   }
 
@@ -328,54 +291,8 @@ final class IODriver: @unchecked Sendable {
   /// handler runs.
   var mayRunInline: Bool {
     DriverThreadMark.inlinePermitted && !inlineRunning.load(ordering: .relaxed)
+      && hasStandby.load(ordering: .relaxed)
   }
-}
-
-/// One watched descriptor file: its token and the sources reading and writing it.
-/// All mutable fields are protected by `IODriver.lock`.
-final class IOEntry: @unchecked Sendable {
-  // @unchecked Sendable: see above.
-  let fd: Int32
-  let identity: FileIdentity
-  let token: UInt64
-  var readCore: FileDescriptorCore?
-  var writeCore: FileDescriptorCore?
-  /// The interests enabled in the kernel now (`EPOLLIN`/`EPOLLOUT` bits).
-  var armed: UInt32 = 0
-  /// Removed because its number was reused by another file while it was registered.
-  var evicted = false
-  /// Removed from the epoll set (its last source unregistered).
-  var removed = false
-
-  init(fd: Int32, identity: FileIdentity, token: UInt64) {
-    self.fd = fd
-    self.identity = identity
-    self.token = token
-  }
-
-  /// The `epoll_ctl` events for the armed interests: always one-shot; with the peer's
-  /// half-close only while reading is armed (it is level-triggered: armed for a writer alone
-  /// it would fire again and again).
-  var wanted: UInt32 {
-    armed | cls_epolloneshot | (armed & cls_epollin != 0 ? cls_epollrdhup : 0)
-  }
-
-  func core(for interest: FDInterest) -> FileDescriptorCore? {
-    interest == .read ? readCore : writeCore
-  }
-
-  func setCore(_ core: FileDescriptorCore?, for interest: FDInterest) {
-    if interest == .read { readCore = core } else { writeCore = core }
-  }
-}
-
-/// A registration the kernel refused.
-struct IORegistrationError: Error {
-  var code: Int32
-}
-
-extension FDInterest {
-  var epollBit: UInt32 { self == .read ? cls_epollin : cls_epollout }
 }
 
 /// Per-thread flags of the driver threads, in a thread-local slot (`ThreadSlots`).

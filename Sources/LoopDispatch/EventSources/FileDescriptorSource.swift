@@ -86,7 +86,9 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
     watchState.withLock { state in
       guard !state.tornDown else { return }
       if !persistentWatch {
-        switch IODriver.shared.register(self, fd: fd, interest: interest) {
+        // Starting the driver may fail too (no descriptor left for its epoll set): an error
+        // for this source alone; the next source tries again.
+        switch IODriver.start().flatMap({ $0.register(self, fd: fd, interest: interest) }) {
         case .success(let entry): state.entry = entry
         case .failure(let error): failRegistration(.registrationFailed(errno: error.code), fd: fd)
         }
@@ -98,7 +100,7 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
         return
       }
       do throws(EventLoopError) {
-        state.watch = try loop.watch(fd: duplicate, for: interest, oneShot: false) {
+        state.watch = try EventLoop.main.watch(fd: duplicate, for: interest, oneShot: false) {
           [self] in mainLoopReadinessFired()
         }
         state.privateFD = duplicate
@@ -118,8 +120,10 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
   }
 
   /// An I/O driver thread saw readiness (the registration is tied to the file, so a reused
-  /// number never reaches this source: no identity check is needed).
-  func readinessFired() {
+  /// number never reaches this source: no identity check is needed). Returns how the
+  /// delivery went: the driver releases a source that did not take the event
+  /// (`IOEntry.swift`, rule 4).
+  func readinessFired() -> Scheduling {
     signal(1)
   }
 
@@ -157,7 +161,7 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
     }
     let (watch, entry) = watchState.withLock { ($0.watch, $0.entry) }
     if let entry {
-      if !IODriver.shared.rearm(entry, interest) {
+      if !entry.driver.rearm(entry, self) {
         writeStandardError(
           "LoopDispatch: \(label): fd \(fd) was closed (and perhaps reused) while the source watched it; "
             + "cancel a source before closing its descriptor. The source will not fire again.\n")
@@ -205,7 +209,7 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
     }
     if let entry {
       // Once this returns no readiness reaches the source; the descriptor may be closed.
-      IODriver.shared.unregister(entry, interest)
+      entry.driver.unregister(entry, self)
       completion()
     } else if let watch {
       // The duplicate is closed only once the loop no longer watches it.

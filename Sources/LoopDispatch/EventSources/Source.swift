@@ -85,7 +85,8 @@ public class Source: @unchecked Sendable {
 
   /// Why ``activate()`` could not register the source with the system, or nil if it could
   /// (or has not been activated). Set before `activate()` returns when the system refuses at
-  /// once (for example `epoll` refusing a descriptor such as `/dev/null`, errno `EPERM`).
-  /// Such a source never fires; ``cancel()`` still runs its cancel handler once.
+  /// once (for example `epoll` refusing a descriptor such as `/dev/null`, errno `EPERM`, or
+  /// a full descriptor table, `EMFILE`, when the first fd source starts the I/O driver: a
+  /// later source tries again). Such a source never fires; ``cancel()`` still runs its cancel handler once.
   public var registrationError: EventLoopError? { core.registrationError }
 }

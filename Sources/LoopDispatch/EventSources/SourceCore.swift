@@ -63,7 +63,11 @@ class SourceCore: @unchecked Sendable {
   static let released: UInt32 = 32
 
   let queue: Queue
-  let loop: EventLoop
+  /// Whether the queue's target chain ends at the main queue (fixed at creation): events are
+  /// then seen on the main loop. Every other source's events are seen by the service loop
+  /// (timers, signals) or the I/O driver (descriptors), which the kinds start themselves, so
+  /// an fd source does not start the service loop.
+  let deliversOnMainLoop: Bool
   let merge: DataMerge
   let status = Atomic<UInt32>(0)
   let suspendCount = Atomic<Int>(0)
@@ -78,7 +82,7 @@ class SourceCore: @unchecked Sendable {
 
   init(queue: Queue, merge: DataMerge) {
     self.queue = queue
-    self.loop = ServiceLoop.loop(for: queue)
+    self.deliversOnMainLoop = queue.root.kind == .main
     self.merge = merge
     RuntimeCounters.liveSources.wrappingAdd(1, ordering: .relaxed)
   }
@@ -281,22 +285,21 @@ class SourceCore: @unchecked Sendable {
       if claimed { break }
       current = actual
     }
-    if mayRunInline && loop.isInLoopThread && loop === EventLoop.main
+    if mayRunInline && deliversOnMainLoop && EventLoop.main.isInLoopThread
       && queue.runInlineOnMainLoopIfIdle({ deliver() })
     {
       return .ranInline
     }
     // On an I/O driver thread, a serial target whose chain is idle runs the handler here:
     // claimed like an uncontended `sync`, with the poller role released meanwhile.
-    if mayRunInline && queue.kind == .serial && IODriver.isDriverThread
-      && IODriver.shared.mayRunInline
-      && queue.trySyncLockChain()
+    if mayRunInline && queue.kind == .serial && IODriver.isDriverThread,
+      let driver = IODriver.running, driver.mayRunInline, queue.trySyncLockChain()
     {
       // The re-arm (`finishDelivery`) comes after the chain is released: the next event,
       // which only the re-arm lets the kernel report, then finds the chain idle and runs
       // inline too, instead of racing this thread's unlock and going to the pool.
       var mustFinish = false
-      let ran = IODriver.shared.runInline {
+      let ran = driver.runInline {
         queue.withLockedChainFrames { mustFinish = deliverWithoutFinishing() }
       }
       queue.unlockSyncChain()

@@ -88,12 +88,12 @@ final class TimerCore: SourceCore, @unchecked Sendable {
   }
   /// Protected by: its lock.
   private let plan = LockedValue(Plan())
-  /// Immutable. The loop that keeps the timer and whose clock counts the fires: the
-  /// source's own loop, or a virtual-time loop a test passed.
+  /// Immutable. The loop that keeps the timer and whose clock counts the fires: the one
+  /// `ServiceLoop.loop(for:)` picks for the queue, or a virtual-time loop a test passed.
   private let timerLoop: EventLoop
 
   init(queue: Queue, timerLoop: EventLoop?) {
-    self.timerLoop = timerLoop ?? ServiceLoop.loop(for: queue)  // The base's `loop`.
+    self.timerLoop = timerLoop ?? ServiceLoop.loop(for: queue)
     super.init(queue: queue, merge: .add)
   }
 

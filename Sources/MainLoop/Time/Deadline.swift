@@ -98,7 +98,8 @@ public struct WallDeadline: Sendable, Hashable, Comparable, CustomStringConverti
     let monoNow = Deadline.now
     if nanosecondsSinceEpoch <= wallNow {
       let ago = wallNow - nanosecondsSinceEpoch
-      return Deadline(uptimeNanoseconds: monoNow.uptimeNanoseconds - Swift.min(ago, monoNow.uptimeNanoseconds))
+      let back = Swift.min(ago, monoNow.uptimeNanoseconds)
+      return Deadline(uptimeNanoseconds: monoNow.uptimeNanoseconds - back)
     }
     return monoNow + .nanoseconds(Int64(clamping: nanosecondsSinceEpoch - wallNow))
   }
