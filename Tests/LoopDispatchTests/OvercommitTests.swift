@@ -356,3 +356,18 @@ extension String {
     hasSuffix(suffix) ? String(dropLast(suffix.count)) : self
   }
 }
+
+/// A refused thread start (`pthread_create` failing under `RLIMIT_AS`) leaves overcommit jobs
+/// waiting for the overcommit threads there are: one warning line, every job runs once, and
+/// threads start again once the fault is gone (`OvercommitFailureScenario.swift`).
+@Suite struct OvercommitFaultTests {
+  @Test func refusedThreadStartsLeaveJobsToTheThreadsThereAre() {
+    let result = runProgram("LoopDispatchTestHost", ["overcommit-thread-failure"])
+    #expect(result.status == 0, "\(result.output)\(result.errorOutput)")
+    #expect(result.output.contains("ok overcommit-thread-failure"), "\(result.output)")
+    let warnings = result.errorOutput.split(separator: "\n").filter {
+      $0.hasPrefix(PoolFaultTests.warningPrefix)
+    }
+    #expect(warnings.count == 1, "stderr: \(result.errorOutput)")
+  }
+}

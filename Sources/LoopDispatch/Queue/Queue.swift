@@ -110,7 +110,8 @@ public final class Queue: @unchecked Sendable {
   ///     `.initiallyInactive` to configure it before ``activate()``.
   ///   - width: For concurrent queues, how many items may run at once (default: no limit
   ///     beyond the pool). A width below 1, or a width on a serial queue, is a client bug.
-  ///   - target: Where the queue's work runs (default: `Queue.global(.default)`).
+  ///   - target: Where the queue's work runs (default: `Queue.global(.default)`, the plain
+  ///     global queue, not the overcommit one: see <doc:ThreadingModel>).
   public init(
     label: String, attributes: Attributes = [], width: Int? = nil, target: Queue? = nil
   ) {
