@@ -124,7 +124,7 @@ private func block(_ count: Int, on pipe: Pipe, group: Group) {
 
 /// Tries `pthread_create` once. Returns nil if it was refused, or a description of the
 /// thread it started (which has then been joined).
-private func probeThreadStart() -> String? {
+func probeThreadStart() -> String? {
   var thread = pthread_t()
   let rc = pthread_create(&thread, nil, { _ in nil }, nil)
   if rc != 0 { return nil }
@@ -135,7 +135,7 @@ private func probeThreadStart() -> String? {
 /// Waits until `condition` holds, checking every millisecond, for at most `seconds`.
 /// The pause only paces the polling of a counter that has no wait of its own; it does not
 /// stand in for an event.
-private func pollUntil(seconds: Int, _ condition: () -> Bool) -> Bool {
+func pollUntil(seconds: Int, _ condition: () -> Bool) -> Bool {
   let deadline = Deadline.now + .seconds(Int64(seconds))
   while !condition() {
     if Deadline.now >= deadline { return false }
@@ -145,7 +145,7 @@ private func pollUntil(seconds: Int, _ condition: () -> Bool) -> Bool {
 }
 
 /// The process's soft address-space limit, lowered to just above its current size.
-private final class AddressSpaceLimit {
+final class AddressSpaceLimit {
   private var original = rlimit()
   /// Room left above the current size: 1 MiB less than a default thread stack (half of it for
   /// small stacks), so a new thread's stack cannot be mapped while other allocations (malloc,
@@ -195,7 +195,7 @@ private func virtualMemoryBytes() -> UInt? {
 }
 
 /// A pipe whose read end blocked jobs wait on.
-private final class Pipe: Sendable {
+final class Pipe: Sendable {
   let readEnd: Int32
   let writeEnd: Int32
   /// Atomic. Calls to `readOne` so far (each is blocked or done).
@@ -228,7 +228,7 @@ private final class Pipe: Sendable {
 
 /// How many times each item ran: one atomic counter per item (no lock, so nothing for the
 /// sanitizers to model but the atomics).
-private final class Tally: Sendable {
+final class Tally: Sendable {
   private final class Slot: Sendable {
     /// Atomic.
     let count = Atomic<Int>(0)

@@ -23,6 +23,7 @@ let scenarios: [String: () -> Void] = [
   "source-main-data-and-timers": sourceMainDataAndTimers,
   "source-main-signal": sourceMainSignal,
   "thread-failure": threadFailureScenario,
+  "overcommit-thread-failure": overcommitThreadFailureScenario,
   "reused-number-main": reusedNumberMainScenario,
   "reused-number-dup-main": reusedNumberDupMainScenario,
   "main-chain": mainChainScenario,

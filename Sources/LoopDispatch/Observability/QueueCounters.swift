@@ -26,6 +26,8 @@ final class QueueCounters: Sendable {
   let kind: QueueStats.Kind
   /// For a global queue, its priority: its figures are the pool's lane figures.
   let rootPriority: Priority?
+  /// For a global queue, whether it is an overcommit one (its lane is an overcommit lane).
+  let rootOvercommit: Bool
   let submitted = Atomic<UInt64>(0)
   let completed = Atomic<UInt64>(0)
   /// Longest submission-to-start wait, in `Ticks`.
@@ -36,16 +38,20 @@ final class QueueCounters: Sendable {
   /// (before it returns to the submission that needed them); read by the queue's `deinit`.
   let registrySlot = Atomic<Int>(-1)
 
-  init(label: String, kind: QueueStats.Kind, rootPriority: Priority? = nil) {
+  init(
+    label: String, kind: QueueStats.Kind, rootPriority: Priority? = nil,
+    rootOvercommit: Bool = false
+  ) {
     self.label = label
     self.kind = kind
     self.rootPriority = rootPriority
+    self.rootOvercommit = rootOvercommit
   }
 
   /// The figures now.
   var figures: QueueFigures {
     if let rootPriority {
-      let lane = WorkerPool.shared.laneFigures(rootPriority)
+      let lane = WorkerPool.shared.laneFigures(rootPriority, overcommit: rootOvercommit)
       return QueueFigures(
         label: label, kind: kind, queues: 1, submitted: lane.submitted,
         completed: lane.completed, maxWaitTicks: lane.maxWaitTicks,

@@ -43,13 +43,16 @@ public struct RuntimeStats: Sendable, CustomStringConvertible {
   public var liveQueues: Int
   /// Sources alive.
   public var liveSources: Int
-  /// Worker threads in the pool.
+  /// Worker threads in the pool: the plain global queues' and the overcommit queues' (at most
+  /// 255 together, see ``Queue/global(_:overcommit:)``).
   public var poolThreads: Int
-  /// Workers parked (idle).
+  /// The overcommit queues' share of ``poolThreads``.
+  public var overcommitThreads: Int
+  /// Workers parked (idle), plain and overcommit.
   public var parkedWorkers: Int
-  /// Jobs waiting in the pool's lanes.
+  /// Jobs waiting in the pool's lanes, plain and overcommit.
   public var pendingJobs: Int
-  /// Jobs the pool has started since launch.
+  /// Jobs the pool has started since launch, plain and overcommit.
   public var jobsStarted: UInt64
   /// Workers added because the others were blocked.
   public var poolGrowthEvents: UInt64
@@ -98,9 +101,11 @@ public struct RuntimeStats: Sendable, CustomStringConvertible {
       liveQueues: RuntimeCounters.liveQueues.load(ordering: .relaxed),
       liveSources: RuntimeCounters.liveSources.load(ordering: .relaxed),
       poolThreads: pool.threadCount,
+      overcommitThreads: pool.overcommitThreadCount,
       parkedWorkers: pool.parkedCount,
-      pendingJobs: pool.pendingJobs.load(ordering: .relaxed),
-      jobsStarted: pool.jobsStarted.load(ordering: .relaxed),
+      pendingJobs: pool.pendingJobs.load(ordering: .relaxed) + pool.overcommitQueuedCount,
+      jobsStarted: pool.jobsStarted.load(ordering: .relaxed)
+        &+ pool.overcommitJobsStarted.load(ordering: .relaxed),
       poolGrowthEvents: pool.growthEvents.load(ordering: .relaxed),
       mainLoop: LoopStats(EventLoop.main),
       serviceLoop: LoopStats(ServiceLoop.shared),
@@ -118,6 +123,10 @@ public struct RuntimeStats: Sendable, CustomStringConvertible {
       ("queues", "gauge", "Custom queues alive.", "\(liveQueues)"),
       ("sources", "gauge", "Sources alive.", "\(liveSources)"),
       ("pool_threads", "gauge", "Worker threads in the pool.", "\(poolThreads)"),
+      (
+        "pool_overcommit_threads", "gauge", "Pool threads serving the overcommit queues.",
+        "\(overcommitThreads)"
+      ),
       ("pool_parked_workers", "gauge", "Workers parked (idle).", "\(parkedWorkers)"),
       ("pool_pending_jobs", "gauge", "Jobs waiting in the pool's lanes.", "\(pendingJobs)"),
       ("pool_jobs_started_total", "counter", "Jobs started by the pool.", "\(jobsStarted)"),

@@ -16,7 +16,9 @@ import Synchronization
 ///    own lock, is not grown.
 /// 3. When the lanes are empty it goes back to sleeping without a timeout, so an idle
 ///    process has no periodic wake-ups from the pool.
-/// 4. If the system refuses the new worker's thread, the pool carries on with the workers it
+/// 4. While overcommit jobs wait with no thread coming (`Overcommit.swift`, rule 5), it calls
+///    one more overcommit worker at each tick, if the thread budget allows.
+/// 5. If the system refuses the new worker's thread, the pool carries on with the workers it
 ///    has (`WorkerPool.spawnWorker` warns once) and the supervisor starts no worker for
 ///    `retryDelay`, so a refusing system is asked once a second, not every tick.
 final class PoolSupervisor: @unchecked Sendable {
@@ -91,6 +93,9 @@ final class PoolSupervisor: @unchecked Sendable {
       let registered = registeredWorkers()
       pool.rescueStrandedRunNext(among: registered)
       pool.rescueStrandedBatches(among: registered)
+      if pool.overcommitShortfall.load(ordering: .relaxed) > 0 && Deadline.now >= retryAt {
+        if !pool.serveOvercommitShortfall() { retryAt = .now + retryDelay }
+      }
       guard started == lastStarted, pool.pendingJobs.load(ordering: .relaxed) > 0 else { continue }
       // Jobs waited a whole tick and none started. A parked worker means a wake-up was missed
       // (or a rescued slot job needs one): wake it rather than grow.

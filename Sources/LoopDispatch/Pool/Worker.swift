@@ -19,6 +19,9 @@ final class Worker: @unchecked Sendable {
   let tid = Atomic<Int32>(0)
   /// Atomic. True while the worker runs a job (not searching, not parked).
   let busy = Atomic<Bool>(false)
+  /// Overcommit workers only: true while counted in the pool's overcommit `coming`
+  /// (`Overcommit.swift`, rule 3). Protected by the pool's lock.
+  var isComing = false
   /// Iterations of the next spin (adaptive; see `spinForWork`). Only touched by the worker.
   private var spinBudget = WorkerPool.spinFloor
 
@@ -141,14 +144,18 @@ final class Worker: @unchecked Sendable {
     while parkWord.atomic.pointee.load(ordering: .acquiring) == 1 {
       parkWord.wait(whileEqualTo: 1, timeoutNanoseconds: timeout)
       if isExtra && parkWord.atomic.pointee.load(ordering: .acquiring) == 1 {
-        // Timed out (or spurious): retire if still idle.
-        let retired = pool.state.withLock { state -> Bool in
-          guard let index = state.idle.firstIndex(where: { $0 === self }) else { return false }
+        // Timed out (or spurious): retire if still idle. The freed slot goes to overcommit
+        // jobs waiting for one (rule 5 of `Overcommit.swift`).
+        let retired = pool.state.withLock { state -> WorkerPool.OvercommitCall? in
+          guard let index = state.idle.firstIndex(where: { $0 === self }) else { return nil }
           state.idle.remove(at: index)
           state.threads -= 1
-          return true
+          return pool.callOvercommitWorker(&state)
         }
-        if retired { return false }
+        if let retired {
+          pool.perform(retired)
+          return false
+        }
       }
     }
     return true

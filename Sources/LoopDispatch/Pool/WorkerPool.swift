@@ -15,7 +15,9 @@ import Synchronization
 ///    either sees it idle or is seen by its final check: no lost wake-ups.
 /// 3. The supervisor (`PoolSupervisor.swift`) adds a worker when work waits and every worker
 ///    is blocked, up to `maximumThreads`; extra workers retire after `idleRetirement`.
-/// 4. When the system refuses a thread (`pthread_create` fails), the pool carries on with the
+/// 4. The overcommit global queues have lanes and workers of their own, started at once for
+///    each job no idle one can take, within `totalThreadLimit` (`Overcommit.swift`).
+/// 5. When the system refuses a thread (`pthread_create` fails), the pool carries on with the
 ///    workers it has: `spawnWorker` gives the reserved slot back, warns once per episode (an
 ///    episode ends at the next successful start), and the supervisor waits
 ///    `PoolSupervisor.retryDelay` before trying again. Only a pool that cannot start a single
@@ -28,8 +30,11 @@ final class WorkerPool: @unchecked Sendable {
 
   /// Workers kept at all times: one per CPU this process may use.
   let baseThreads: Int
-  /// Upper bound on worker threads (default 64; `LOOPDISPATCH_MAX_THREADS` overrides).
+  /// Upper bound on plain worker threads (default 64; `LOOPDISPATCH_MAX_THREADS` overrides).
   let maximumThreads: Int
+  /// Upper bound on plain and overcommit worker threads together: 255, libdispatch's figure
+  /// on Linux, or `maximumThreads` if that is larger (`Overcommit.swift`, rule 2).
+  let totalThreadLimit: Int
   /// How long an extra (grown) worker stays parked before it exits (default 5 s;
   /// `LOOPDISPATCH_IDLE_RETIREMENT_MS` overrides).
   let idleRetirement: Duration
@@ -47,9 +52,11 @@ final class WorkerPool: @unchecked Sendable {
     var laneStats = [LaneStats](repeating: LaneStats(), count: Priority.allCases.count)
     /// Parked workers, most recently parked last (its cache is warmest).
     var idle: [Worker] = []
-    /// Workers counted in the pool: alive, or reserved by `spawnWorker` while it starts one
-    /// (a refused start gives its slot back).
+    /// Plain workers counted in the pool: alive, or reserved by `spawnWorker` while it starts
+    /// one (a refused start gives its slot back).
     var threads = 0
+    /// The overcommit lanes, workers and counts (`Overcommit.swift`).
+    var overcommit = OvercommitState()
     var nextWorkerID = 0
     /// True from a refused worker start until the next successful one: the warning for the
     /// episode has been written, so later refusals in it are silent.
@@ -71,6 +78,12 @@ final class WorkerPool: @unchecked Sendable {
   let searching = Atomic<Int>(0)
   /// Atomic. Jobs taken by workers since start (progress, for the supervisor).
   let jobsStarted = Atomic<UInt64>(0)
+  /// Atomic. Overcommit jobs waiting with no thread coming for them (`Overcommit.swift`,
+  /// rule 3; written under the lock, read by the supervisor).
+  let overcommitShortfall = Atomic<Int>(0)
+  /// Atomic. Jobs taken by overcommit workers since start (apart from `jobsStarted`, which
+  /// is the supervisor's measure of plain progress).
+  let overcommitJobsStarted = Atomic<UInt64>(0)
   /// Atomic. Workers created after start because the others were blocked.
   let growthEvents = Atomic<UInt64>(0)
   /// Atomic. Worker starts the system refused (`pthread_create` failed) since launch.
@@ -81,6 +94,7 @@ final class WorkerPool: @unchecked Sendable {
     baseThreads = Int(cls_available_cpus())
     let maximum = environmentInteger("LOOPDISPATCH_MAX_THREADS") ?? 64
     maximumThreads = Swift.max(maximum, baseThreads)
+    totalThreadLimit = Swift.max(255, maximumThreads)
     idleRetirement = .milliseconds(environmentInteger("LOOPDISPATCH_IDLE_RETIREMENT_MS") ?? 5_000)
     var refusal: ThreadSpawnError?
     for _ in 0..<baseThreads {
@@ -230,15 +244,10 @@ final class WorkerPool: @unchecked Sendable {
     return true
   }
 
-  /// The figures of the global queue of `priority` (for `Queue.figures`).
-  func laneFigures(_ priority: Priority) -> LaneStats {
-    state.withLock { $0.laneStats[priority.rawValue] }
-  }
-
   /// What became of a request for one more worker.
   enum SpawnOutcome {
     case started
-    /// The pool is at `maximumThreads`; nothing was tried.
+    /// The pool is at `maximumThreads` (or `totalThreadLimit`); nothing was tried.
     case atCapacity
     /// The system refused the thread; the pool is as it was before the call.
     case refused(ThreadSpawnError)
@@ -250,7 +259,9 @@ final class WorkerPool: @unchecked Sendable {
   func spawnWorker(isExtra: Bool, warn: Bool = true) -> SpawnOutcome {
     // Reserve the slot first so that concurrent counts never exceed `maximumThreads`.
     let id: Int? = state.withLock { state in
-      guard state.threads < maximumThreads else { return nil }
+      guard state.threads < maximumThreads,
+        state.threads + state.overcommit.threads < totalThreadLimit
+      else { return nil }
       state.threads += 1
       state.nextWorkerID += 1
       return state.nextWorkerID
@@ -277,13 +288,13 @@ final class WorkerPool: @unchecked Sendable {
     return .started
   }
 
-  /// Writes one warning line for a refused worker start, unless this episode of refusals
-  /// already had one.
-  private func warnRefused(_ error: ThreadSpawnError) {
+  /// Writes one warning line for a refused worker start (plain or overcommit), unless this
+  /// episode of refusals already had one.
+  func warnRefused(_ error: ThreadSpawnError) {
     let remaining: Int? = state.withLock { state in
       if state.spawnRefused { return nil }
       state.spawnRefused = true
-      return state.threads
+      return state.threads + state.overcommit.threads
     }
     guard let remaining else { return }
     let noun = remaining == 1 ? "worker" : "workers"
@@ -292,16 +303,18 @@ final class WorkerPool: @unchecked Sendable {
         + "continuing with \(remaining) \(noun)\n")
   }
 
-  /// Whether jobs wait in a lane or a run-next slot (hints; for the supervisor's sleep).
+  /// Whether jobs wait in a lane or a run-next slot, or overcommit jobs wait for a thread
+  /// (hints; for the supervisor's sleep).
   var hasWaitingWork: Bool {
     pendingJobs.load(ordering: .sequentiallyConsistent) > 0
       || slottedJobs.load(ordering: .sequentiallyConsistent) > 0
+      || overcommitShortfall.load(ordering: .sequentiallyConsistent) > 0
   }
 
-  /// Worker threads alive now.
-  var threadCount: Int { state.withLock { $0.threads } }
-  /// Workers parked now.
-  var parkedCount: Int { state.withLock { $0.idle.count } }
+  /// Worker threads alive now, plain and overcommit.
+  var threadCount: Int { state.withLock { $0.threads + $0.overcommit.threads } }
+  /// Workers parked now, plain and overcommit.
+  var parkedCount: Int { state.withLock { $0.idle.count + $0.overcommit.idle.count } }
 }
 
 /// Pool figures for the package's own fault tests (not public API).

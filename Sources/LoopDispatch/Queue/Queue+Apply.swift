@@ -95,7 +95,8 @@ extension Queue {
         if helpersOnQueue {
           concurrentEnqueue(.closure({ run.participate() }, barrier: false))
         } else {
-          pool.submit(.closure { run.participate() }, priority: priority)
+          // This global queue's own submission: its lane, plain or overcommit.
+          async { run.participate() }
         }
       }
       run.participate()

@@ -104,7 +104,12 @@ extension Queue {
   /// Runs a child's item on this queue: for root queues, straight on the pool.
   func submitForChild(_ body: @escaping @Sendable () -> Void) {
     switch kind {
-    case .root(let priority): WorkerPool.shared.submit(.childItem(body), priority: priority)
+    case .root(let priority, let overcommit):
+      if overcommit {
+        WorkerPool.shared.submitOvercommit(.childItem(body), priority: priority)
+      } else {
+        WorkerPool.shared.submit(.childItem(body), priority: priority)
+      }
     case .serial, .main: serialEnqueue(.closure(body, barrier: false))
     case .concurrent: concurrentEnqueue(.closure(body, barrier: false))
     }

@@ -39,7 +39,8 @@ public final class Queue: @unchecked Sendable {
   }
 
   enum Kind: Equatable {
-    case root(Priority)
+    /// A global queue: plain (one worker per CPU) or overcommit (`Pool/Overcommit.swift`).
+    case root(Priority, overcommit: Bool)
     case serial
     case concurrent
     /// The main queue: serial, drained by `EventLoop.main` on the process main thread.
@@ -117,7 +118,8 @@ public final class Queue: @unchecked Sendable {
   ///     `.initiallyInactive` to configure it before ``activate()``.
   ///   - width: For concurrent queues, how many items may run at once (default: no limit
   ///     beyond the pool). A width below 1, or a width on a serial queue, is a client bug.
-  ///   - target: Where the queue's work runs (default: `Queue.global(.default)`).
+  ///   - target: Where the queue's work runs (default: `Queue.global(.default)`, the plain
+  ///     global queue, not the overcommit one: see <doc:ThreadingModel>).
   public init(
     label: String, attributes: Attributes = [], width: Int? = nil, target: Queue? = nil
   ) {
@@ -148,14 +150,15 @@ public final class Queue: @unchecked Sendable {
   }
 
   /// A global (root) queue.
-  private init(rootLabel: String, priority: Priority) {
+  private init(rootLabel: String, priority: Priority, overcommit: Bool) {
     label = rootLabel
-    kind = .root(priority)
+    kind = .root(priority, overcommit: overcommit)
     concurrentState = nil
     firstTarget = nil
     // Listed from the start; never released.
     _ = QueueRegistry.shared.register(
-      QueueCounters(label: rootLabel, kind: .global, rootPriority: priority))
+      QueueCounters(
+        label: rootLabel, kind: .global, rootPriority: priority, rootOvercommit: overcommit))
   }
 
   /// The main queue.
@@ -215,12 +218,48 @@ public final class Queue: @unchecked Sendable {
   public static let main = Queue(mainQueueLabel: "loopdispatch.main")
 
   private static let roots: [Queue] = Priority.allCases.map {
-    Queue(rootLabel: "loopdispatch.global.\($0)", priority: $0)
+    Queue(rootLabel: "loopdispatch.global.\($0)", priority: $0, overcommit: false)
   }
 
-  /// The global queue for `priority`: a concurrent queue backed by the worker pool.
+  private static let overcommitRoots: [Queue] = Priority.allCases.map {
+    Queue(rootLabel: "loopdispatch.global.\($0).overcommit", priority: $0, overcommit: true)
+  }
+
+  /// The global queue for `priority`: a concurrent queue backed by the worker pool, which
+  /// keeps one thread per CPU (and adds threads only while its workers are blocked).
+  ///
+  /// Thread-safety: any thread; the same queue for the life of the process.
   public static func global(_ priority: Priority = .default) -> Queue {
     roots[priority.rawValue]
+  }
+
+  /// The global queue for `priority`, or with `overcommit: true` its overcommit twin (the
+  /// queue `dispatch_get_global_queue(priority, DISPATCH_QUEUE_OVERCOMMIT)` returns in
+  /// libdispatch): each item starts at once, on an idle overcommit thread or a new one when
+  /// none is idle, even while every CPU is busy, up to 255 pool threads in the process.
+  ///
+  /// Use it for work that waits for other work (spinning, blocking, long-lived loops) and
+  /// must not wait for a free CPU; a custom queue may target it. The plain global queues are
+  /// unaffected: their threads never run overcommit work, nor the reverse. Idle overcommit
+  /// threads exit after a few seconds (see <doc:ThreadingModel>).
+  ///
+  /// - Parameters:
+  ///   - priority: The queue's priority (default ``Priority/default``).
+  ///   - overcommit: `true` for the overcommit queue, `false` for ``global(_:)``.
+  /// - Returns: One of eight process-lifetime queues, labelled `loopdispatch.global.<priority>`
+  ///   or `loopdispatch.global.<priority>.overcommit`.
+  ///
+  /// Thread-safety: any thread; the same queue for the life of the process.
+  public static func global(_ priority: Priority = .default, overcommit: Bool) -> Queue {
+    overcommit ? overcommitRoots[priority.rawValue] : roots[priority.rawValue]
+  }
+
+  /// Whether this is an overcommit global queue (``global(_:overcommit:)`` with `true`), for
+  /// the C API's `DISPATCH_QUEUE_OVERCOMMIT`. False for every other queue, including custom
+  /// queues that target an overcommit queue.
+  package var isOvercommit: Bool {
+    if case .root(_, overcommit: true) = kind { return true }
+    return false
   }
 
   // MARK: Target
@@ -242,7 +281,7 @@ public final class Queue: @unchecked Sendable {
   /// The priority the queue's work runs at: its root's.
   public var priority: Priority {
     switch root.kind {
-    case .root(let priority): return priority
+    case .root(let priority, _): return priority
     case .main: return .high
     default: return .default
     }
@@ -301,8 +340,12 @@ public final class Queue: @unchecked Sendable {
   public func async(flags: Flags = [], execute work: @escaping @Sendable () -> Void) {
     let barrier = flags.contains(.barrier)
     switch kind {
-    case .root(let priority):
-      WorkerPool.shared.submit(.closure(work), priority: priority)
+    case .root(let priority, let overcommit):
+      if overcommit {
+        WorkerPool.shared.submitOvercommit(.closure(work), priority: priority)
+      } else {
+        WorkerPool.shared.submit(.closure(work), priority: priority)
+      }
     case .serial, .main:
       serialEnqueue(.closure(work, barrier: barrier))
     case .concurrent:
@@ -314,8 +357,13 @@ public final class Queue: @unchecked Sendable {
   /// one pool lock with at most one wake-up (for the service loop's fired timers).
   func asyncBatch<Works: Sequence<@Sendable () -> Void>>(_ works: Works) {
     switch kind {
-    case .root(let priority):
-      WorkerPool.shared.submitBatch(works.lazy.map { PoolJob.closure($0) }, priority: priority)
+    case .root(let priority, let overcommit):
+      let jobs = works.lazy.map { PoolJob.closure($0) }
+      if overcommit {
+        WorkerPool.shared.submitOvercommitBatch(jobs, priority: priority)
+      } else {
+        WorkerPool.shared.submitBatch(jobs, priority: priority)
+      }
     case .serial, .main:
       for work in works { serialEnqueue(.closure(work, barrier: false)) }
     case .concurrent:
@@ -325,13 +373,18 @@ public final class Queue: @unchecked Sendable {
 
   /// Hands this queue's drain (for a serial child) to this queue. Called by the child.
   ///
-  /// On a global queue the drain may take the calling worker's run-next slot (a queue the
-  /// running job just made runnable runs on this worker next, without a wake-up), except
-  /// when `yielding`: a drain that used up its budget goes to the back of the lane.
+  /// On a plain global queue the drain may take the calling worker's run-next slot (a queue
+  /// the running job just made runnable runs on this worker next, without a wake-up), except
+  /// when `yielding`: a drain that used up its budget goes to the back of the lane. On an
+  /// overcommit queue it starts at once on a thread of its own (rule 7 of `Overcommit.swift`).
   func enqueueDrain(of child: Queue, yielding: Bool = false) {
     switch kind {
-    case .root(let priority):
-      WorkerPool.shared.submit(.runnable(child), priority: priority, runNext: !yielding)
+    case .root(let priority, let overcommit):
+      if overcommit {
+        WorkerPool.shared.submitOvercommit(.runnable(child), priority: priority)
+      } else {
+        WorkerPool.shared.submit(.runnable(child), priority: priority, runNext: !yielding)
+      }
     case .serial, .main:
       serialEnqueue(.drain(child))
     case .concurrent:

@@ -155,8 +155,12 @@ extension Queue {
     group: Group, flags: Flags = [], execute work: @escaping @Sendable () -> Void
   ) {
     group.enter()
-    if case .root(let priority) = kind {
-      WorkerPool.shared.submit(.grouped(work, group), priority: priority)
+    if case .root(let priority, let overcommit) = kind {
+      if overcommit {
+        WorkerPool.shared.submitOvercommit(.grouped(work, group), priority: priority)
+      } else {
+        WorkerPool.shared.submit(.grouped(work, group), priority: priority)
+      }
       return
     }
     async(flags: flags) {
