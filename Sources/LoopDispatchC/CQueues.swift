@@ -34,8 +34,9 @@ private let labelInstallation = LockedValue(0)
 private let processLifetimeLabels: [ObjectIdentifier: CLabel] = {
   var labels = [ObjectIdentifier(Queue.main): CLabel(Queue.main.label)]
   for priority in Priority.allCases {
-    let queue = Queue.global(priority)
-    labels[ObjectIdentifier(queue)] = CLabel(queue.label)
+    for queue in [Queue.global(priority), Queue.global(priority, overcommit: true)] {
+      labels[ObjectIdentifier(queue)] = CLabel(queue.label)
+    }
   }
   return labels
 }()
@@ -74,7 +75,9 @@ public func cDispatchQueueGetQoSClass(
 
 /// The priority of a global queue, or nil for any other queue.
 private func globalPriority(of queue: Queue) -> Priority? {
-  Priority.allCases.first { Queue.global($0) === queue }
+  Priority.allCases.first {
+    Queue.global($0) === queue || Queue.global($0, overcommit: true) === queue
+  }
 }
 
 /// The QoS class libdispatch gives each global queue.
@@ -127,7 +130,7 @@ public func cDispatchGetGlobalQueue(_ identifier: Int, _ flags: UInt) -> UnsafeM
   case 0x05, 0x09, 0x11, 0x15, 0x19, 0x21: chosen = priority(ofQoS: Int32(identifier))
   default: return nil
   }
-  return CHandle.unretained(Queue.global(chosen))
+  return CHandle.unretained(Queue.global(chosen, overcommit: flags & overcommitFlag != 0))
 }
 
 @_cdecl("dispatch_get_main_queue")
@@ -179,10 +182,7 @@ public func cDispatchSetTargetQueue(
     // The main and global queues keep their place, as in libdispatch (no effect).
     if queue === Queue.main || CHandle.isProcessLifetime(queue) { return }
     queue.setTarget(newTarget)
-  case is CSource:
-    clientBug(
-      "dispatch_set_target_queue on a source: LoopDispatch binds a source to the queue it was "
-        + "created with (create it with the queue it should deliver to)")
+  case let source as CSource: source.source.setTarget(newTarget)
   // Groups and semaphores: the target is where their finalizer runs.
   case let other as CObjectBase: other.setTarget(newTarget)
   default: wrongKind("dispatch_set_target_queue", "a dispatch object")

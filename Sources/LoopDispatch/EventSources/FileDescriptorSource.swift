@@ -40,7 +40,9 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
   private let isListeningSocket: Bool
   private let isSocket: Bool
   /// Whether the watch stays armed between events (main-queue targets; see step 1).
-  private let persistentWatch: Bool
+  /// Whether the watch stays armed between events: sources delivering on the main loop
+  /// (see `SourceCore.deliversOnMainLoop`, fixed at activation).
+  private var persistentWatch: Bool { deliversOnMainLoop }
 
   private struct WatchState {
     /// The main loop's watch (main-queue targets), on `privateFD`.
@@ -74,7 +76,6 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
     isListeningSocket =
       isSocket && getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &length) == 0
       && accepting != 0
-    persistentWatch = queue.root.kind == .main
     super.init(queue: queue, merge: .replace)
   }
 

@@ -33,6 +33,17 @@ public class Source: @unchecked Sendable {
   /// The queue the handlers run on.
   public var queue: Queue { core.queue }
 
+  /// Makes `queue` the queue the handlers run on. Only before ``activate()`` (as GCD's
+  /// `dispatch_set_target_queue` on an inactive source); afterwards it is a client bug.
+  /// Thread-safety: any thread.
+  public func setTarget(_ queue: Queue) {
+    if !core.retarget(to: queue) {
+      clientBug(
+        "setTarget on source \"\(label)\" after it was activated; set a source's queue before activate()"
+      )
+    }
+  }
+
   /// The data of the current event, read inside the event handler: bytes readable (read
   /// sources), writable space estimate (write sources), fires since the last handler run
   /// (timer and signal sources) or the merged value (data sources). For fd sources it is

@@ -62,12 +62,16 @@ class SourceCore: @unchecked Sendable {
   /// resume.
   static let released: UInt32 = 32
 
-  let queue: Queue
-  /// Whether the queue's target chain ends at the main queue (fixed at creation): events are
-  /// then seen on the main loop. Every other source's events are seen by the service loop
-  /// (timers, signals) or the I/O driver (descriptors), which the kinds start themselves, so
-  /// an fd source does not start the service loop.
-  let deliversOnMainLoop: Bool
+  /// The target queue. Written only before activation (`retarget`, under `handlers`' lock,
+  /// which `activate` also sets ACTIVATED under); deliveries and the cancel handler read it
+  /// only after activation (or once the source is released), so every reader sees the last
+  /// write.
+  private(set) var queue: Queue
+  /// Whether the queue's target chain ends at the main queue (fixed at activation): events
+  /// are then seen on the main loop. Every other source's events are seen by the service
+  /// loop (timers, signals) or the I/O driver (descriptors), which the kinds start
+  /// themselves, so an fd source does not start the service loop. Written with `queue`.
+  private(set) var deliversOnMainLoop: Bool
   let merge: DataMerge
   let status = Atomic<UInt32>(0)
   let suspendCount = Atomic<Int>(0)
@@ -136,7 +140,15 @@ class SourceCore: @unchecked Sendable {
   // MARK: Lifecycle
 
   func activate() {
-    let previous = status.bitwiseOr(Self.activated, ordering: .sequentiallyConsistent).oldValue
+    // ACTIVATED is set under the handlers' lock, which `setRegistrationHandler` checks it
+    // under (so the registration handler runs exactly once however the two race) and
+    // `retarget` checks it under (so the target is fixed from here on).
+    let (previous, registered) = handlers.withLock {
+      handlers -> (UInt32, (@Sendable () -> Void)?) in
+      let previous = status.bitwiseOr(Self.activated, ordering: .sequentiallyConsistent).oldValue
+      if previous & (Self.activated | Self.cancelled) != 0 { return (previous, nil) }
+      return (previous, handlers.registration.take())
+    }
     if previous & Self.activated != 0 { return }
     if previous & Self.cancelled != 0 {
       // Cancelled before activation: nothing registers, and the held cancel handler may
@@ -146,14 +158,29 @@ class SourceCore: @unchecked Sendable {
     }
     // The registration handler is queued first: on a serial target it runs before any event
     // handler. On a concurrent target it only starts first: an event handler may start
-    // while it is still running. Taken under the lock that `setRegistrationHandler` checks
-    // ACTIVATED under, so it runs exactly once however the two race.
-    if let registered = handlers.withLock({ $0.registration.take() }) {
-      queue.async(execute: registered)
-    }
+    // while it is still running.
+    if let registered { queue.async(execute: registered) }
     arm()
     if pendingData.load(ordering: .acquiring) != 0 { scheduleDelivery() }
   }
+
+  /// Makes `newQueue` the target, before activation only; returns false (changing nothing)
+  /// once the source has been activated. Any thread.
+  func retarget(to newQueue: Queue) -> Bool {
+    let changed = handlers.withLock { _ -> Bool in
+      guard status.load(ordering: .sequentiallyConsistent) & Self.activated == 0 else {
+        return false
+      }
+      queue = newQueue
+      deliversOnMainLoop = newQueue.root.kind == .main
+      targetChanged()
+      return true
+    }
+    return changed
+  }
+
+  /// Kind hook: the target changed before activation (under the handlers' lock).
+  func targetChanged() {}
 
   /// Sets the registration handler; on a source already activated it is queued at once
   /// (GCD: a registration handler set after registration is invoked immediately).

@@ -58,7 +58,8 @@ public final class TimerSource: Source, @unchecked Sendable {
 /// 5. `teardown` (cancel) marks the plan torn down, bumps the generation and takes the
 ///    installed timer to cancel it; a start in flight then fails step 3's check.
 final class TimerCore: SourceCore, @unchecked Sendable {
-  // @unchecked Sendable: `plan` is behind its lock; `timerLoop` is immutable; the base
+  // @unchecked Sendable: `plan` is behind its lock; `timerLoop` changes only before
+  // activation (see its comment); the base
   // documents the rest.
   private struct Plan {
     var timer: LoopTimer?
@@ -88,13 +89,21 @@ final class TimerCore: SourceCore, @unchecked Sendable {
   }
   /// Protected by: its lock.
   private let plan = LockedValue(Plan())
-  /// Immutable. The loop that keeps the timer and whose clock counts the fires: the one
+  /// The loop that keeps the timer and whose clock counts the fires: the one
   /// `ServiceLoop.loop(for:)` picks for the queue, or a virtual-time loop a test passed.
-  private let timerLoop: EventLoop
+  /// Written only before activation (with the target, `targetChanged`); read once armed.
+  private var timerLoop: EventLoop
+  /// Whether a test chose `timerLoop` (a retarget then keeps it).
+  private let timerLoopIsFixed: Bool
 
   init(queue: Queue, timerLoop: EventLoop?) {
     self.timerLoop = timerLoop ?? ServiceLoop.loop(for: queue)
+    timerLoopIsFixed = timerLoop != nil
     super.init(queue: queue, merge: .add)
+  }
+
+  override func targetChanged() {
+    if !timerLoopIsFixed { timerLoop = ServiceLoop.loop(for: queue) }
   }
 
   /// Installs hooks that force rare interleavings (tests only). Any thread.
