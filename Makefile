@@ -41,13 +41,15 @@ test-release: deps
 	$(SWIFT) test -c release --skip-build -Xswiftc -enable-testing
 
 ## test-c: the GCD C API: the C test suite (Tests/CAPI), the differential check against the
-## toolchain's libdispatch (Tests/CDiff: each program's output must match), the C seed programs
+## toolchain's libdispatch (Tests/CDiff: each program's output must match), C clients under
+## ThreadSanitizer (a synchronised program clean, a racy one reported), the C seed programs
 ## (Examples/C), built with clang -fblocks against <dispatch/dispatch.h>, a program built
 ## against `make install`'s result; then the suite and the seeds again
 ## with the library and the programs under AddressSanitizer and LeakSanitizer.
 test-c: deps
 	scripts/test-c-api.sh debug
 	scripts/test-c-diff.sh debug
+	scripts/test-c-tsan.sh debug
 	scripts/test-c-seeds.sh debug
 	scripts/test-c-install.sh
 	CFLAGS=-fsanitize=address ASAN_OPTIONS=detect_leaks=1 \

@@ -30,7 +30,14 @@ struct CContext: Sendable {
 
 /// The C context, finalizer and target of an object that is not a queue.
 class CObjectBase: @unchecked Sendable {
-  // @unchecked Sendable: the fields are behind `lock`.
+  // @unchecked Sendable: the fields are behind `lock`; `sanitizerQueue` is written only
+  // while no handler can run (creation, retarget before activation).
+
+  /// A source's queue handle, unretained (the source holds the queue), at byte 16 of the
+  /// object: where ThreadSanitizer's libdispatch interceptors read a source's target
+  /// (`dispatch_queue_offsets` in Sources/CDispatch/tsan.c). Keep it the first stored
+  /// property. Nil for groups and semaphores, which the interceptors never read.
+  var sanitizerQueue: UnsafeMutableRawPointer?
   private struct Fields {
     var context: UnsafeMutableRawPointer?
     var finalizer: CFinalizer?

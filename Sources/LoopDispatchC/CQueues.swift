@@ -182,7 +182,7 @@ public func cDispatchSetTargetQueue(
     // The main and global queues keep their place, as in libdispatch (no effect).
     if queue === Queue.main || CHandle.isProcessLifetime(queue) { return }
     queue.setTarget(newTarget)
-  case let source as CSource: source.source.setTarget(newTarget)
+  case let source as CSource: source.setTarget(newTarget)
   // Groups and semaphores: the target is where their finalizer runs.
   case let other as CObjectBase: other.setTarget(newTarget)
   default: wrongKind("dispatch_set_target_queue", "a dispatch object")

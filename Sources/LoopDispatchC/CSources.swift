@@ -47,6 +47,16 @@ final class CSource: CObjectBase, @unchecked Sendable {
     self.kind = kind
     self.handle = handle
     self.mask = mask
+    super.init()
+    sanitizerQueue = CHandle.unretained(source.queue)
+  }
+
+  /// `dispatch_set_target_queue` on the source (before activation): its handlers and its
+  /// finalizer run there.
+  override func setTarget(_ queue: Queue) {
+    source.setTarget(queue)
+    sanitizerQueue = CHandle.unretained(queue)
+    super.setTarget(queue)
   }
 
   deinit {

@@ -7,6 +7,7 @@
 // `capi_tests misuse <case>` performs one client bug; the script checks that it crashes with
 // a "BUG IN CLIENT OF LOOPDISPATCH:" line.
 #include <dispatch/dispatch.h>
+#include <dispatch/private.h>
 #include <event2/event.h>
 
 #include <errno.h>
@@ -387,6 +388,55 @@ static void test_after_and_time(void) {
   dispatch_release(queue);
 }
 
+// ---- the layout ThreadSanitizer's interceptors read ----------------------------------------
+
+// libdispatch's introspection struct, as Sources/CDispatch/tsan.c exports it (its fields are
+// offsets into the object behind a handle).
+extern const struct {
+  uint16_t version, label, label_size, flags, flags_size, serialnum, serialnum_size, width,
+      width_size, running, running_size, suspend_cnt, suspend_cnt_size, target_queue,
+      target_queue_size, priority, priority_size;
+} dispatch_queue_offsets;
+
+static void *target_at_offset(void *object) {
+  return *(void **)((char *)object + dispatch_queue_offsets.target_queue);
+}
+
+static uint16_t width_at_offset(void *object) {
+  return *(uint16_t *)((char *)object + dispatch_queue_offsets.width);
+}
+
+// The TSan runtime walks a queue's target chain and tests its width through these offsets
+// (and a source's queue through the target offset): they must match the Swift objects.
+static void test_sanitizer_layout(void) {
+  CHECK(dispatch_queue_offsets.width_size == 2 && dispatch_queue_offsets.target_queue_size == 8,
+        "field sizes");
+  dispatch_queue_t parent = dispatch_queue_create("c.layout-parent", DISPATCH_QUEUE_CONCURRENT);
+  dispatch_queue_t child = dispatch_queue_create_with_target("c.layout-child", NULL, parent);
+  dispatch_queue_t global = dispatch_get_global_queue(0, 0);
+  CHECK(target_at_offset(child) == parent, "a queue's target at the target offset");
+  CHECK(target_at_offset(parent) == global, "the default target is the default global queue");
+  CHECK(target_at_offset(global) == NULL && target_at_offset(dispatch_get_main_queue()) == NULL,
+        "the chain ends at the global and main queues");
+  CHECK(width_at_offset(child) == 1 && width_at_offset(dispatch_get_main_queue()) == 1,
+        "serial width 1");
+  CHECK(width_at_offset(parent) > 1 && width_at_offset(global) > 1, "concurrent width above 1");
+  dispatch_queue_t other = dispatch_queue_create("c.layout-other", NULL);
+  dispatch_set_target_queue(child, other);
+  CHECK(target_at_offset(child) == other, "a new target at the target offset");
+  dispatch_queue_set_width(parent, 3);
+  CHECK(width_at_offset(parent) == 3, "dispatch_queue_set_width at the width offset");
+  dispatch_source_t source = dispatch_source_create(DISPATCH_SOURCE_TYPE_DATA_ADD, 0, 0, child);
+  CHECK(target_at_offset(source) == child, "a source's queue at the target offset");
+  dispatch_set_target_queue(source, parent);
+  CHECK(target_at_offset(source) == parent, "a retargeted source's queue at the target offset");
+  dispatch_source_cancel(source);
+  dispatch_release(source);
+  dispatch_release(child);
+  dispatch_release(other);
+  dispatch_release(parent);
+}
+
 // ---- dispatch block objects ----------------------------------------------------------------
 
 // Not in the header: the live block-object records, for the lifetime check below.
@@ -761,6 +811,7 @@ int main(int argc, char **argv) {
   test_timer_source();
   test_data_sources();
   test_signal_source();
+  test_sanitizer_layout();
   static pthread_t main_thread;
   main_thread = pthread_self();
   main_thread_id = main_thread;

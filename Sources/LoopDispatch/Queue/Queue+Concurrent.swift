@@ -132,6 +132,7 @@ extension Queue {
   func concurrentSetWidth(_ newWidth: Int) {
     let started = concurrentState!.withLock { state -> [TimedWork] in
       state.width = newWidth
+      sanitizerWidth = UInt16(clamping: newWidth)
       return state.pending.isEmpty ? [] : state.takeStartable()
     }
     for work in started { forward(work) }

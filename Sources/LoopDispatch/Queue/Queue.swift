@@ -50,6 +50,24 @@ public final class Queue: @unchecked Sendable {
   /// Serial queues and the main queue share the lock-free serial machinery.
   var isSerialLike: Bool { kind == .serial || kind == .main }
 
+  // MARK: The layout ThreadSanitizer reads (keep these two first)
+  //
+  // A C client built with -fsanitize=thread runs the TSan runtime's libdispatch
+  // interceptors, which read a queue's target and width straight from the object behind
+  // the handle, at the offsets LoopDispatch exports in `dispatch_queue_offsets`
+  // (Sources/CDispatch/tsan.c): the target at byte 16 (8 bytes, NULL at the end of the
+  // chain), the width at byte 24 (2 bytes, 1 for serial). A Swift class instance is a
+  // 16-byte header followed by its stored properties in declaration order, so these two
+  // must stay the first stored properties (`test_sanitizer_layout` in the C suite checks).
+
+  /// Atomic. The current target, unretained; kept alive by `firstTarget` or by
+  /// `extras.targetsKeptAlive`, so a racing reader never sees a freed queue. Byte 16.
+  private let targetPointer = Atomic<UnsafeMutableRawPointer?>(nil)
+  /// The width as ThreadSanitizer's interceptors read it (byte 24): 1 for serial queues and
+  /// the main queue, the width (at most `UInt16.max`) for others. Written at creation and
+  /// by `setWidth` (under the concurrent state's lock); no Swift code reads it.
+  var sanitizerWidth: UInt16 = 1
+
   /// The queue's name, shown in diagnostics and thread names.
   public let label: String
   let kind: Kind
@@ -91,9 +109,6 @@ public final class Queue: @unchecked Sendable {
 
   // MARK: Target, context, specifics
 
-  /// Atomic. The current target, unretained; kept alive by `firstTarget` or by
-  /// `extras.targetsKeptAlive`, so a racing reader never sees a freed queue.
-  private let targetPointer = Atomic<UnsafeMutableRawPointer?>(nil)
   /// Atomic. Whether the current target is a global queue (the common, fast case).
   let targetIsRoot = Atomic<Bool>(false)
   /// The target given at creation, retained for the queue's life.
@@ -129,6 +144,7 @@ public final class Queue: @unchecked Sendable {
       if let width, width < 1 {
         clientBug("concurrent queue width must be at least 1, got \(width) (queue \"\(label)\")")
       }
+      sanitizerWidth = UInt16(clamping: width ?? Int.max)
       concurrentState = LockedValue(
         ConcurrentState(
           inactive: attributes.contains(.initiallyInactive), width: width ?? Int.max))
@@ -153,6 +169,7 @@ public final class Queue: @unchecked Sendable {
   private init(rootLabel: String, priority: Priority, overcommit: Bool) {
     label = rootLabel
     kind = .root(priority, overcommit: overcommit)
+    sanitizerWidth = UInt16.max
     concurrentState = nil
     firstTarget = nil
     // Listed from the start; never released.
