@@ -146,7 +146,7 @@ private func handlerThreadNames(events: Int) throws -> [String] {
   let source = try ReadSource(fd: pair.read, queue: queue)
   source.setEventHandler { [unowned source] in
     _ = drain(source.fd)
-    names.withLock { $0.append(currentThreadName()) }
+    names.withLock { $0.append(kernelThreadName()) }
     fired.signal()
   }
   let cancelled = Latch()
@@ -170,8 +170,9 @@ private func driverTestFailure(_ message: String) -> Never {
   exit(1)
 }
 
-/// The calling thread's name (as `top -H` shows it), from /proc.
-private func currentThreadName() -> String {
+/// The calling thread's name (as `top -H` shows it), from /proc. Shared with
+/// RetargetWhileHeldTests.
+func kernelThreadName() -> String {
   let fd = open("/proc/thread-self/comm", O_RDONLY | O_CLOEXEC)
   guard fd >= 0 else { return "?" }
   defer { close(fd) }

@@ -67,7 +67,7 @@ import Testing
       source.setEventHandler { [unowned source] in
         var buffer = [UInt8](repeating: 0, count: 16)
         _ = read(source.fd, &buffer, buffer.count)
-        if threadName().hasPrefix("ld.io.") { onDriver.wrappingAdd(1, ordering: .relaxed) }
+        if kernelThreadName().hasPrefix("ld.io.") { onDriver.wrappingAdd(1, ordering: .relaxed) }
         // Alternate, so that each round retargets away from the chain it holds.
         child.setTarget(child.target === oldParent ? newParent : oldParent)
         fired.signal()
@@ -115,16 +115,4 @@ private func retargetFailure(_ message: String) -> Never {
   let line = Array("RetargetWhileHeldTests: \(message)\n".utf8)
   _ = line.withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
   exit(1)
-}
-
-/// The calling thread's name, from /proc.
-private func threadName() -> String {
-  let fd = open("/proc/thread-self/comm", O_RDONLY | O_CLOEXEC)
-  guard fd >= 0 else { return "?" }
-  defer { close(fd) }
-  var buffer = [UInt8](repeating: 0, count: 32)
-  let count = read(fd, &buffer, buffer.count)
-  guard count > 0 else { return "?" }
-  return String(decoding: buffer[..<count], as: UTF8.self).split(separator: "\n").first.map(
-    String.init) ?? ""
 }

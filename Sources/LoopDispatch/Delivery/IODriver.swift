@@ -76,8 +76,10 @@ final class IODriver: @unchecked Sendable {
   /// The running driver, published once by `start()`; never replaced. Lock-free to load
   /// (acquiring; pairs with the releasing `storeIfNil` in `startSlow`).
   private static let published = AtomicLazyReference<IODriver>()
-  /// Serialises starts, so two first sources never make two drivers. Protected by: itself.
-  private static let starting = LockedValue(())
+  /// Serialises starts, so two first sources never make two drivers; counts the attempts.
+  /// (A count, not `()`: ThreadSanitizer reports the accesses of a zero-size value, which
+  /// shares its address with the mutex, as a race.) Protected by: itself.
+  private static let starting = LockedValue(0)
 
   /// The driver if it runs (always on a driver thread, and for a source with an entry).
   static var running: IODriver? { published.load() }
@@ -95,8 +97,9 @@ final class IODriver: @unchecked Sendable {
 
   @inline(never)
   private static func startSlow() -> Result<IODriver, IORegistrationError> {
-    starting.withLock { _ -> Result<IODriver, IORegistrationError> in
+    starting.withLock { attempts -> Result<IODriver, IORegistrationError> in
       if let driver = published.load() { return .success(driver) }
+      attempts &+= 1
       let epfd = cls_epoll_create()
       if epfd < 0 { return .failure(.init(code: errno)) }
       let watchdogFD = cls_timerfd_create_blocking()

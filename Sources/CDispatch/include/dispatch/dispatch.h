@@ -6,7 +6,9 @@
  * Build with clang and -fblocks; link with the flags `pkg-config --libs loopdispatch` prints
  * (the library, BlocksRuntime and the Swift runtime).
  *
- * Differences from libdispatch, on purpose: dispatch_main() runs the main queue inside a
+ * Every difference from libdispatch that remains is listed, with its reason, in the DocC
+ * article "The C API and libdispatch" (Sources/LoopDispatch/LoopDispatch.docc/CAPI.md). The
+ * main ones, on purpose: dispatch_main() runs the main queue inside a
  * libevent loop on the real main thread (it never calls pthread_exit), and misuse crashes
  * with a line that starts "BUG IN CLIENT OF LOOPDISPATCH:".
  */
@@ -288,11 +290,14 @@ typedef unsigned long dispatch_block_flags_t;
 #define DISPATCH_BLOCK_INHERIT_QOS_CLASS 0x10ul
 #define DISPATCH_BLOCK_ENFORCE_QOS_CLASS 0x20ul
 
-/* A new block (release it with Block_release) that can be cancelled, waited on and observed;
- * its work runs at most once. A DISPATCH_BLOCK_BARRIER block runs as a barrier when passed
- * to dispatch_async, dispatch_sync or dispatch_async_and_wait (not to dispatch_after or the
- * group calls, where it runs as an ordinary block). QoS flags are accepted and not
- * modelled. */
+/* A new block (release it with Block_release) that can be cancelled, waited on and observed.
+ * It may be submitted and called any number of times; waiting on or observing one that ran
+ * more than once is a client bug (as in libdispatch). dispatch_block_cancel is not a
+ * completion: a cancelled block completes when it is next invoked (its work skipped), and a
+ * block released without running runs its notifications. A DISPATCH_BLOCK_BARRIER block runs
+ * as a barrier however it reaches a concurrent queue (async, sync, async_and_wait, after, the
+ * group calls). Unknown flags, an unknown QoS class or a relative priority outside -15...0
+ * give NULL. QoS flags are accepted and not modelled further. */
 DISPATCH_EXPORT dispatch_block_t dispatch_block_create(
     dispatch_block_flags_t flags, dispatch_block_t block);
 DISPATCH_EXPORT dispatch_block_t dispatch_block_create_with_qos_class(
@@ -300,7 +305,7 @@ DISPATCH_EXPORT dispatch_block_t dispatch_block_create_with_qos_class(
     dispatch_block_t block);
 DISPATCH_EXPORT void dispatch_block_perform(
     dispatch_block_flags_t flags, DISPATCH_NOESCAPE dispatch_block_t block);
-/* Returns 0 once the block has run (or was cancelled before it started), non-zero when
+/* Returns 0 once the block has been invoked (run, or skipped as cancelled), non-zero when
  * `timeout` passed first. */
 DISPATCH_EXPORT intptr_t dispatch_block_wait(dispatch_block_t block, dispatch_time_t timeout);
 DISPATCH_EXPORT void dispatch_block_notify(
@@ -327,8 +332,13 @@ DISPATCH_EXPORT const struct dispatch_source_type_s _dispatch_source_type_data_r
 #define DISPATCH_SOURCE_TYPE_DATA_REPLACE (&_dispatch_source_type_data_replace)
 #define DISPATCH_TIMER_STRICT 0x1
 
-/* Returns NULL when the source cannot be made (a bad descriptor or signal number). A new
- * source is inactive: dispatch_activate or dispatch_resume starts it. */
+/* Returns NULL when the source cannot be made (a bad descriptor or signal number, or a handle
+ * or mask the type does not take, as libdispatch refuses them). A new source is inactive:
+ * dispatch_activate or dispatch_resume starts it. Every handler, the cancel handler included,
+ * waits while the source is inactive or suspended; a registration handler set after
+ * activation runs at once; an _f handler gets the source's context as it was at activation;
+ * the target may be changed (dispatch_set_target_queue) until activation; the last
+ * dispatch_release of a source cancels it. */
 DISPATCH_EXPORT dispatch_source_t dispatch_source_create(
     dispatch_source_type_t type, uintptr_t handle, uintptr_t mask, dispatch_queue_t queue);
 DISPATCH_EXPORT void dispatch_source_set_event_handler(
