@@ -31,6 +31,7 @@ let scenarios: [String: () -> Void] = [
   "signal-mix": signalMixScenario,
   "retarget-main": retargetMainScenario,
   "source-multiplex-main": sourceMultiplexMainScenario,
+  "main-thread-queue": mainThreadQueueScenario,
 ]
 
 guard CommandLine.arguments.count == 2, let scenario = scenarios[CommandLine.arguments[1]] else {
