@@ -190,6 +190,8 @@ private final class FireProbe: Sendable {
   private let resumes = Counter()
   private let fired = LoopDispatch.Semaphore(value: 0)
   private let cancelled = Latch()
+  /// Whether the handler suspends the source on each fire (set once, before activation).
+  private let suspends = Atomic<Bool>(false)
 
   init(reading fd: Int32, on queue: Queue) throws {
     source = try ReadSource(fd: fd, queue: queue, label: "probe-\(queue.label)")
@@ -202,6 +204,7 @@ private final class FireProbe: Sendable {
   }
 
   private func start(suspendingOnFire: Bool) {
+    suspends.store(suspendingOnFire, ordering: .relaxed)
     source.setEventHandler { [unowned self] in
       if suspendingOnFire { source.suspend() }
       count.increment()
@@ -235,7 +238,7 @@ private final class FireProbe: Sendable {
     // suspension a handler may have left. Checked again after each short wait, since a
     // delivery in flight at the cancel may still suspend the source after the first check.
     for _ in 0..<30 {
-      resumeAfterHandlerSuspended()
+      if suspends.load(ordering: .relaxed) { resumeAfterHandlerSuspended() }
       if cancelled.wait(seconds: 1) { return }
     }
     Issue.record("the cancel handler of \(source.queue.label) never ran")
