@@ -195,7 +195,9 @@ final class Connection: @unchecked Sendable {
     let omitBody = request.method == "HEAD"
     switch request.path {
     case "/":
-      respond(status: 200, reason: "OK", body: "hello from LoopDispatch\n", keepAlive: keepAlive, omitBody: omitBody)
+      respond(
+        status: 200, reason: "OK", body: "hello from LoopDispatch\n", keepAlive: keepAlive,
+        omitBody: omitBody)
     case "/hash":
       guard let bytes = request.query("bytes").flatMap({ Int($0) }),
         (0...(64 << 20)).contains(bytes)
@@ -222,7 +224,8 @@ final class Connection: @unchecked Sendable {
       queue.asyncAfter(deadline: .now() + .milliseconds(delay)) { [self] in
         requestInFlight = false
         respond(
-          status: 200, reason: "OK", body: "waited \(milliseconds) ms\n", keepAlive: keepAlive, omitBody: omitBody)
+          status: 200, reason: "OK", body: "waited \(milliseconds) ms\n", keepAlive: keepAlive,
+          omitBody: omitBody)
         processInput()
       }
     default:
