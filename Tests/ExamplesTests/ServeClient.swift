@@ -43,8 +43,11 @@ final class ServeClient {
     }
   }
 
-  /// Reads one response: (status, headers lowercased, body), or nil on EOF/timeout.
-  func readResponse() -> (status: Int, headers: [String: String], body: String)? {
+  /// Reads one response: (status, headers lowercased, body), or nil on EOF/timeout. With
+  /// `bodyless` (the answer to HEAD) the body is not read, whatever Content-Length says.
+  func readResponse(
+    bodyless: Bool = false
+  ) -> (status: Int, headers: [String: String], body: String)? {
     while true {
       if let end = headEnd() {
         let head = String(decoding: pending[..<end], as: UTF8.self)
@@ -59,7 +62,7 @@ final class ServeClient {
             headers[parts[0].lowercased()] = parts[1].trimmingSpaces
           }
         }
-        let length = Int(headers["content-length"] ?? "0") ?? 0
+        let length = bodyless ? 0 : Int(headers["content-length"] ?? "0") ?? 0
         while pending.count < end + 4 + length {
           if !fill() { return nil }
         }
@@ -82,6 +85,30 @@ final class ServeClient {
     var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
     setsockopt(fd, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
     shutdown(fd, Int32(SHUT_RDWR))
+  }
+
+  /// Sends a FIN (shutdown of the write side): the server sees the end of the requests.
+  func shutdownWrite() { shutdown(fd, Int32(SHUT_WR)) }
+
+  /// The bytes that arrive within `milliseconds` (polled), up to `count` of them; fewer if the
+  /// time runs out or the server closes.
+  func readBytes(_ count: Int, milliseconds: Int32) -> [UInt8] {
+    let deadline = monotonicSeconds() + Double(milliseconds) / 1000
+    while pending.count < count {
+      let left = Int32((deadline - monotonicSeconds()) * 1000)
+      var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+      if left <= 0 || poll(&poller, 1, left) <= 0 || !fill() { break }
+    }
+    let taken = Array(pending.prefix(count))
+    pending.removeFirst(taken.count)
+    return taken
+  }
+
+  /// Whether the server leaves the connection open (no end of file, no byte) for
+  /// `milliseconds`: a lower bound on when it closes.
+  func staysOpen(milliseconds: Int32) -> Bool {
+    var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+    return pending.isEmpty && poll(&poller, 1, milliseconds) == 0
   }
 
   /// Whether bytes were received that `readResponse` has not returned yet (a partial answer).

@@ -4,7 +4,8 @@
 // responses (the parser, responses and `fnv1a(bytes:)` come from the shared ExampleHTTP
 // module), same write-source dance, same backpressure (reading stops while 256 KiB of answers
 // wait for the client and resumes once it has taken them), same idle timeout (never while
-// answers or a request are pending).
+// answers or a request are pending), same HEAD (no body) and half-close (requests sent before
+// the client's FIN are answered, then the connection closes) rules.
 // Routes: `/` and `/hash?bytes=N` as in the original, `/delay?ms=N` too; no `/stats` (it
 // reports LoopDispatch runtime counters).
 import Dispatch
@@ -48,6 +49,11 @@ final class Connection: @unchecked Sendable {
   /// `flush` answers buffered requests with the source still suspended; `close()` must know,
   /// since Dispatch runs no cancel handler of a suspended source.
   private var readSourceSuspended = false
+  /// The client sent its FIN: what it sent before is still answered, then the connection
+  /// closes (as in the LoopDispatch server).
+  private var inputEnded = false
+  /// True while `processInput` runs: a flush inside it leaves the next request to its loop.
+  private var processing = false
   private var idleWorkItem: DispatchWorkItem?
   /// When the connection last read input (`--idle-timer after` measures the timeout from it).
   private var lastActivity = DispatchTime.now()
@@ -134,14 +140,19 @@ final class Connection: @unchecked Sendable {
       return
     }
     var buffer = [UInt8](repeating: 0, count: 16 * 1024)
-    while !closed {
+    while !closed && !inputEnded {
       let n = read(fd, &buffer, buffer.count)
       if n > 0 {
         input += buffer[..<n]
         if input.count > Self.maximumBufferedInput { break }  // Parse before reading more.
         continue
       }
-      if n == 0 { return close() }  // The peer closed its side.
+      if n == 0 {
+        // The peer closed its side: answer what it sent before, then close.
+        inputEnded = true
+        setReadSource(suspended: true)
+        break
+      }
       if errno == EINTR { continue }
       if errno == EAGAIN || errno == EWOULDBLOCK { break }
       return close()  // ECONNRESET and other errors: the peer is gone.
@@ -151,10 +162,12 @@ final class Connection: @unchecked Sendable {
   }
 
   private func processInput() {
-    while !closed && !requestInFlight && !closeWhenFlushed && !outputBacklogged {
+    if processing { return }
+    processing = true
+    parseLoop: while !closed && !requestInFlight && !closeWhenFlushed && !outputBacklogged {
       switch HTTPParser.parse(input) {
       case .incomplete:
-        return
+        break parseLoop
       case .request(let request, let consumed):
         input.removeFirst(consumed)
         handle(request)
@@ -172,20 +185,26 @@ final class Connection: @unchecked Sendable {
         respond(status: 501, reason: "Not Implemented", body: "\(what)\n", keepAlive: false)
       }
     }
+    processing = false
+    if inputEnded && !closed && !requestInFlight && outputOffset == output.count { close() }
   }
 
   private func handle(_ request: HTTPRequest) {
     let keepAlive = request.keepAlive && !draining
+    // HEAD: the headers GET would send and no body.
+    let omitBody = request.method == "HEAD"
     switch request.path {
     case "/":
-      respond(status: 200, reason: "OK", body: "hello from LoopDispatch\n", keepAlive: keepAlive)
+      respond(
+        status: 200, reason: "OK", body: "hello from LoopDispatch\n", keepAlive: keepAlive,
+        omitBody: omitBody)
     case "/hash":
       guard let bytes = request.query("bytes").flatMap({ Int($0) }),
         (0...(64 << 20)).contains(bytes)
       else {
         return respond(
           status: 400, reason: "Bad Request", body: "usage: /hash?bytes=N (N ≤ 64 MiB)\n",
-          keepAlive: keepAlive)
+          keepAlive: keepAlive, omitBody: omitBody)
       }
       requestInFlight = true
       DispatchQueue.global().async { [self] in
@@ -194,7 +213,7 @@ final class Connection: @unchecked Sendable {
           requestInFlight = false
           respond(
             status: 200, reason: "OK", body: "fnv1a(\(bytes) bytes) = \(digest)\n",
-            keepAlive: keepAlive)
+            keepAlive: keepAlive, omitBody: omitBody)
           processInput()
         }
       }
@@ -205,23 +224,28 @@ final class Connection: @unchecked Sendable {
       queue.asyncAfter(deadline: .now() + .milliseconds(delay)) { [self] in
         requestInFlight = false
         respond(
-          status: 200, reason: "OK", body: "waited \(milliseconds) ms\n", keepAlive: keepAlive)
+          status: 200, reason: "OK", body: "waited \(milliseconds) ms\n", keepAlive: keepAlive,
+          omitBody: omitBody)
         processInput()
       }
     default:
       respond(
         status: 404, reason: "Not Found", body: "no route for \(request.path)\n",
-        keepAlive: keepAlive)
+        keepAlive: keepAlive, omitBody: omitBody)
     }
   }
 
   // MARK: Writing
 
-  private func respond(status: Int, reason: String, body: String, keepAlive requested: Bool) {
+  private func respond(
+    status: Int, reason: String, body: String, keepAlive requested: Bool, omitBody: Bool = false
+  ) {
     if closed { return }
     // A shutdown that began while the request was in flight closes after this response.
     let keepAlive = requested && !draining
-    output += httpResponse(status: status, reason: reason, body: body, keepAlive: keepAlive)
+    var response = httpResponse(status: status, reason: reason, body: body, keepAlive: keepAlive)
+    if omitBody { response.removeLast(body.utf8.count) }
+    output += response
     if !keepAlive { closeWhenFlushed = true }
     flush()
   }
@@ -255,9 +279,11 @@ final class Connection: @unchecked Sendable {
       if closed { return }
       if readingHeldBack {
         readPaused = true  // Still suspended; the next full flush tries again.
-      } else {
+      } else if !inputEnded {
         setReadSource(suspended: false)
       }
+    } else if inputEnded && !processing && !requestInFlight {
+      processInput()  // Answers what the client sent before its FIN, then closes.
     }
   }
 

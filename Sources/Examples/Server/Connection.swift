@@ -7,9 +7,10 @@ import LoopDispatch
 /// run there, so the connection needs no lock.
 ///
 /// Life cycle: read → parse → respond (at once, or after work on a global queue) → flush
-/// (through the write source when the socket is full) → next request or close. Closing
-/// cancels both sources; the descriptor is closed by the last cancel handler, after which the
-/// server forgets the connection.
+/// (through the write source when the socket is full) → next request or close. A client that
+/// half-closes (sends its FIN) gets an answer to every complete request it sent before it,
+/// then the connection closes. Closing cancels both sources; the descriptor is closed by the
+/// last cancel handler, after which the server forgets the connection.
 final class Connection: @unchecked Sendable {
   // @unchecked Sendable: mutable state is only touched on `queue` (see above).
   let id: Int
@@ -27,11 +28,24 @@ final class Connection: @unchecked Sendable {
   private var draining = false
   private var closed = false
   private var writeSourceState = WriteSourceState.inactive
-  /// True while the read source is suspended because the client is not reading its answers.
+  /// True while reading waits because the client is not reading its answers (backpressure).
   private var readPaused = false
-  private var idleTimer: DelayedWork?
-  /// When the connection last read input; the idle timer measures from here.
-  private var lastActivity = Deadline.now
+  /// The client sent its FIN: nothing more will arrive; what has arrived is still answered.
+  private var inputEnded = false
+  /// Whether `readSource` is suspended right now (for backpressure or after the FIN).
+  /// `readPaused` is cleared for a moment while `flush` answers buffered requests with the
+  /// source still suspended, and a cancelled source must be resumed for its cancel handler.
+  private var readSourceSuspended = false
+  /// True while `processInput` runs: a flush inside it leaves the next request to its loop.
+  private var processing = false
+  /// Whether `100 Continue` went out for the request whose body is arriving.
+  private var continueSent = false
+  /// Closes the connection when idle or stuck writing, counted from the last activity.
+  private lazy var timer = InactivityTimer(
+    queue: queue, idleTimeout: server.options.idleTimeout,
+    writeTimeout: server.options.writeTimeout,
+    activity: { [unowned self] in currentActivity },
+    expired: { [unowned self] _ in close() })
   private var sourcesLeft = 2
 
   private enum WriteSourceState { case inactive, active, suspended }
@@ -55,7 +69,7 @@ final class Connection: @unchecked Sendable {
     writeSource.setCancelHandler { [unowned self] in sourceCancelled() }
     queue.async { [self] in
       readSource.activate()
-      resetIdleTimer()
+      timer.noteActivity()
     }
   }
 
@@ -93,42 +107,63 @@ final class Connection: @unchecked Sendable {
     if !closed && !requestInFlight && outputOffset == output.count { close() }
   }
 
+  /// Closes at once, whatever is in flight (the drain deadline). Connection queue.
+  func abort() { close() }
+
   // MARK: Reading and requests
 
   private func readable() {
     if readingHeldBack {
       // Backpressure: stop reading until `flush` has sent the answers (level-triggered, so a
       // source left running would fire again at once).
-      if !readPaused {
-        readPaused = true
-        readSource.suspend()
-      }
+      readPaused = true
+      setReadSource(suspended: true)
       return
     }
+    if !inputEnded { readAvailable() }
+    if !closed { processInput() }
+  }
+
+  /// Reads what the socket holds (up to `maximumBufferedInput` past what is buffered).
+  private func readAvailable() {
     var buffer = [UInt8](repeating: 0, count: 16 * 1024)
+    var received = false
     while !closed {
       let n = read(fd, &buffer, buffer.count)
       if n > 0 {
         input += buffer[..<n]
+        received = true
         if input.count > Self.maximumBufferedInput { break }  // Parse before reading more.
         continue
       }
-      if n == 0 { return close() }  // The peer closed its side.
+      if n == 0 {
+        // The peer closed its side (a half-close, or a full close we see first as a FIN):
+        // answer the requests it sent before, then close. The source stops (level-triggered,
+        // an end of file would fire it again at once).
+        inputEnded = true
+        setReadSource(suspended: true)
+        break
+      }
       if errno == EINTR { continue }
       if errno == EAGAIN || errno == EWOULDBLOCK { break }
       return close()  // ECONNRESET and other errors: the peer is gone.
     }
-    resetIdleTimer()
-    processInput()
+    if received { timer.noteActivity() }
   }
 
+  /// Parses and answers buffered requests while nothing holds them back. Once the client's
+  /// input has ended and everything before it is answered, closes.
   private func processInput() {
-    while !closed && !requestInFlight && !closeWhenFlushed && !outputBacklogged {
+    if processing { return }  // A flush inside the loop below: the loop goes on by itself.
+    processing = true
+    parseLoop: while !closed && !requestInFlight && !closeWhenFlushed && !outputBacklogged {
       switch HTTPParser.parse(input) {
       case .incomplete:
-        return
+        sendContinueIfExpected()
+        break parseLoop
       case .request(let request, let consumed):
         input.removeFirst(consumed)
+        continueSent = false
         handle(request)
       case .malformed(let refusal):
         // 400 (not HTTP, or conflicting Content-Length) or 413 (body over the limit): the
@@ -144,20 +179,40 @@ final class Connection: @unchecked Sendable {
         respond(status: 501, reason: "Not Implemented", body: "\(what)\n", keepAlive: false)
       }
     }
+    processing = false
+    // After the FIN: every complete request has been answered (an incomplete one never will
+    // be), so the connection closes once the answers are out (`flush` comes back here).
+    if inputEnded && !closed && !requestInFlight && outputOffset == output.count { close() }
+  }
+
+  /// Sends `100 Continue` when the head of the request being received asks for it
+  /// (`Expect: 100-continue`) and its body has not all arrived: the client waits for it
+  /// before sending the body (RFC 9110 section 10.1.1). Not while draining (the connection
+  /// closes after the request in flight).
+  private func sendContinueIfExpected() {
+    guard !continueSent, !draining, !input.isEmpty, headExpectsContinue(input) else { return }
+    continueSent = true
+    output += Array("HTTP/1.1 100 Continue\r\n\r\n".utf8)
+    timer.noteActivity()
+    flush()
   }
 
   private func handle(_ request: HTTPRequest) {
     let keepAlive = request.keepAlive && !draining
+    // HEAD: the headers GET would send, Content-Length included, and no body.
+    let omitBody = request.method == "HEAD"
     switch request.path {
     case "/":
-      respond(status: 200, reason: "OK", body: "hello from LoopDispatch\n", keepAlive: keepAlive)
+      respond(
+        status: 200, reason: "OK", body: "hello from LoopDispatch\n", keepAlive: keepAlive,
+        omitBody: omitBody)
     case "/hash":
       guard let bytes = request.query("bytes").flatMap({ Int($0) }),
         (0...(64 << 20)).contains(bytes)
       else {
         return respond(
           status: 400, reason: "Bad Request", body: "usage: /hash?bytes=N (N ≤ 64 MiB)\n",
-          keepAlive: keepAlive)
+          keepAlive: keepAlive, omitBody: omitBody)
       }
       requestInFlight = true
       Queue.global().async { [self] in
@@ -166,7 +221,7 @@ final class Connection: @unchecked Sendable {
           requestInFlight = false
           respond(
             status: 200, reason: "OK", body: "fnv1a(\(bytes) bytes) = \(digest)\n",
-            keepAlive: keepAlive)
+            keepAlive: keepAlive, omitBody: omitBody)
           processInput()
         }
       }
@@ -176,28 +231,32 @@ final class Connection: @unchecked Sendable {
       queue.after(.milliseconds(Swift.min(Swift.max(milliseconds, 0), 60_000))) { [self] in
         requestInFlight = false
         respond(
-          status: 200, reason: "OK", body: "waited \(milliseconds) ms\n", keepAlive: keepAlive)
+          status: 200, reason: "OK", body: "waited \(milliseconds) ms\n", keepAlive: keepAlive,
+          omitBody: omitBody)
         processInput()
       }
     case "/stats":
       requestInFlight = true
       Queue.main.async { [self] in
         // The connection count belongs to the main queue; the answer goes back here.
-        let body = "\(RuntimeStats.current)\nconnections \(server.connectionCount)\n"
+        let body =
+          "\(RuntimeStats.current)\nconnections \(server.connectionCount)\n\(server.statsText)"
         queue.async { [self] in
           requestInFlight = false
-          respond(status: 200, reason: "OK", body: body, keepAlive: keepAlive)
+          respond(status: 200, reason: "OK", body: body, keepAlive: keepAlive, omitBody: omitBody)
           processInput()
         }
       }
     case "/metrics":
       respond(
-        status: 200, reason: "OK", body: RuntimeStats.current.prometheusText,
-        keepAlive: keepAlive, contentType: "text/plain; version=0.0.4; charset=utf-8")
+        status: 200, reason: "OK",
+        body: RuntimeStats.current.prometheusText + server.prometheusText,
+        keepAlive: keepAlive, omitBody: omitBody,
+        contentType: "text/plain; version=0.0.4; charset=utf-8")
     default:
       respond(
         status: 404, reason: "Not Found", body: "no route for \(request.path)\n",
-        keepAlive: keepAlive)
+        keepAlive: keepAlive, omitBody: omitBody)
     }
   }
 
@@ -205,18 +264,23 @@ final class Connection: @unchecked Sendable {
 
   private func respond(
     status: Int, reason: String, body: String, keepAlive requested: Bool,
-    contentType: String = "text/plain; charset=utf-8"
+    omitBody: Bool = false, contentType: String = "text/plain; charset=utf-8"
   ) {
     if closed { return }
     // A shutdown that began while the request was in flight closes after this response.
     let keepAlive = requested && !draining
-    output += httpResponse(
+    var response = httpResponse(
       status: status, reason: reason, body: body, keepAlive: keepAlive, contentType: contentType)
+    if omitBody { response.removeLast(body.utf8.count) }
+    output += response
     if !keepAlive { closeWhenFlushed = true }
+    timer.noteActivity()  // The write timeout counts from the answer.
     flush()
   }
 
   private func flush() {
+    var progressed = false
+    defer { if progressed { timer.noteActivity() } }
     while outputOffset < output.count && !closed {
       let n = output.withUnsafeBytes { bytes in
         send(
@@ -224,6 +288,7 @@ final class Connection: @unchecked Sendable {
       }
       if n > 0 {
         outputOffset += n
+        progressed = true
       } else if n < 0 && errno == EINTR {
         continue
       } else if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -245,10 +310,18 @@ final class Connection: @unchecked Sendable {
       if closed { return }
       if readingHeldBack {
         readPaused = true  // Still suspended; the next full flush tries again.
-      } else {
-        readSource.resume()
+      } else if !inputEnded {
+        setReadSource(suspended: false)
       }
+    } else if inputEnded && !processing && !requestInFlight {
+      processInput()  // Answers what the client sent before its FIN, then closes.
     }
+  }
+
+  private func setReadSource(suspended: Bool) {
+    guard suspended != readSourceSuspended else { return }
+    readSourceSuspended = suspended
+    if suspended { readSource.suspend() } else { readSource.resume() }
   }
 
   private func setWriteSource(active: Bool) {
@@ -269,32 +342,12 @@ final class Connection: @unchecked Sendable {
 
   // MARK: Timeouts and closing
 
-  /// Notes activity. The timer is not moved per request (a cancel and a new timer per
-  /// request kept the service loop busy with timer churn, a tenth of the server's CPU under
-  /// load): one timer stays pending, and when it fires early relative to the last activity
-  /// it is scheduled again for the rest of the timeout.
-  private func resetIdleTimer() {
-    lastActivity = .now
-    if idleTimer == nil { scheduleIdleTimer(at: lastActivity + server.idleTimeout) }
-  }
-
-  private func scheduleIdleTimer(at deadline: Deadline) {
-    // A strong capture: `close()` cancels the timer, which releases the closure (and so the
-    // connection) at once; a fired timer finds `closed` set.
-    idleTimer = queue.after(deadline: deadline) { [self] in idleExpired() }
-  }
-
-  private func idleExpired() {
-    idleTimer = nil
-    if closed { return }
-    let due = lastActivity + server.idleTimeout
-    if Deadline.now < due { return scheduleIdleTimer(at: due) }
-    // Busy, not idle: a request is being answered, answers are waiting for the client, or
-    // the next request has arrived and its read event has not run yet.
-    if requestInFlight || readPaused || outputOffset < output.count || hasUnreadInput() {
-      return resetIdleTimer()
-    }
-    close()
+  /// What the inactivity timer sees: busy with a request (or one has arrived and its read
+  /// event has not run yet), waiting for the client to take answers, or idle.
+  private var currentActivity: ConnectionActivity {
+    if requestInFlight { return .working }
+    if outputOffset < output.count { return .writing }
+    return hasUnreadInput() ? .working : .idle
   }
 
   /// Whether the socket holds bytes not read yet (a peek that never blocks).
@@ -306,13 +359,12 @@ final class Connection: @unchecked Sendable {
   private func close() {
     if closed { return }
     closed = true
-    idleTimer?.cancel()
-    idleTimer = nil
+    timer.stop()
     readSource.cancel()
     writeSource.cancel()
     // As in GCD, a cancel handler waits while its source is suspended or inactive: let each
     // source run again (cancelled, so only its cancel handler runs).
-    if readPaused { readSource.resume() }
+    setReadSource(suspended: false)
     switch writeSourceState {
     case .inactive: writeSource.activate()
     case .suspended: writeSource.resume()
