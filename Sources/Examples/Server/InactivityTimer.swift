@@ -23,8 +23,8 @@ package enum ConnectionActivity: Equatable, Sendable {
 ///    service loop busy with timer churn, a tenth of the server's CPU under load).
 /// 2. When the timer fires it asks the connection what it is doing (`activity`): idle → the
 ///    deadline is the last activity plus `idleTimeout`; writing → plus `writeTimeout`;
-///    working → none yet (the work's answer will be activity), checked again one idle timeout
-///    later.
+///    working → none yet (the work's answer will be activity), checked again after the
+///    shorter of the two timeouts.
 /// 3. A deadline that has passed calls `expired` with the activity; otherwise the timer is
 ///    scheduled again for the deadline. `stop()` cancels it for good.
 ///
@@ -98,7 +98,9 @@ package final class InactivityTimer: @unchecked Sendable {
     switch current {
     case .idle: due = lastActivity + idleTimeout
     case .writing: due = lastActivity + writeTimeout
-    case .working: return schedule(at: now + idleTimeout)
+    // Working: checked again after the shorter timeout, so that a connection whose work
+    // ends in a stuck write is closed within one write timeout of it, not an idle one.
+    case .working: return schedule(at: now + Swift.min(idleTimeout, writeTimeout))
     }
     if now < due { return schedule(at: due) }
     expired(current)
