@@ -56,13 +56,16 @@ private func feed(_ pieces: [ArraySlice<UInt8>]) -> Feeding {
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzHTTPParser(_ start: UnsafeRawPointer?, _ count: Int) -> CInt {
   let bytes = count == 0 ? [] : Array(UnsafeRawBufferPointer(start: start, count: count))
-  // The split point: a hash of the input, so mutating any byte moves it and every point of
-  // a short input is reached.
+  // The split points: one a hash of the input picks, so mutating any byte moves it and every
+  // point of a short input is reached; and the last three bytes, where an input that ends a
+  // head or a body turns from incomplete to complete (a head's end is up to 3 bytes long).
   var hash: UInt64 = 0xcbf2_9ce4_8422_2325
   for byte in bytes { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
-  let split = Int(hash % UInt64(bytes.count + 1))
   let whole = feed([bytes[...]])
-  let pieces = feed([bytes[..<split], bytes[split...]])
-  precondition(whole == pieces, "split at \(split) read \(pieces) instead of \(whole)")
+  let splits = [Int(hash % UInt64(bytes.count + 1))] + (1...3).map { bytes.count - $0 }
+  for split in splits where split > 0 {
+    let pieces = feed([bytes[..<split], bytes[split...]])
+    precondition(whole == pieces, "split at \(split) read \(pieces) instead of \(whole)")
+  }
   return 0
 }
