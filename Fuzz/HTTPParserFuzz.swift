@@ -26,7 +26,7 @@ private func checkedParse(_ bytes: [UInt8]) -> HTTPParser.Outcome {
     precondition(!request.method.isEmpty && request.minorVersion <= 1)
     precondition((0...HTTPParser.maximumBodyBytes).contains(request.contentLength))
     let hosts = request.headers.count { $0.name.lowercased() == "host" }
-    precondition(request.minorVersion == 0 || hosts == 1, "HTTP/1.1 with \(hosts) hosts")
+    precondition(hosts <= 1 && (request.minorVersion == 0 || hosts == 1), "\(hosts) hosts")
     precondition(request.minorVersion == 1 || !request.expectsContinue)
   }
   return outcome

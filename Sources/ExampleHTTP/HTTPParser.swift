@@ -14,7 +14,8 @@
 /// 4. Each field line: a token name, a colon, a value without control characters:
 ///    HTTPParser+Fields.swift, which also gathers the fields that frame or steer the request.
 /// 5. Checks over the whole head, in this order: UTF-8 (only when a byte is over 0x7F), one
-///    `Host` in HTTP/1.1 (400), `Transfer-Encoding` (501), the body size (413), `Expect` (417).
+///    `Host` in HTTP/1.1 and at most one in HTTP/1.0 (400, RFC 9112 section 3.2),
+///    `Transfer-Encoding` (501), the body size (413), `Expect` (417).
 /// 6. The declared body must have arrived; the request is then complete.
 ///
 /// Framing rules that matter for request smuggling (RFC 9112 sections 2.2, 5 and 6.3):
@@ -76,9 +77,8 @@ public enum HTTPParser {
       {
         throw .badRequest("request head is not UTF-8")
       }
-      if head.minorVersion == 1 && head.hostCount != 1 {
-        throw .badRequest(head.hostCount == 0 ? "no host field" : "more than one host field")
-      }
+      if head.hostCount > 1 { throw .badRequest("more than one host field") }
+      if head.minorVersion == 1 && head.hostCount == 0 { throw .badRequest("no host field") }
       if let encoding = head.transferEncoding {
         return .unsupported("transfer-encoding \(encoding)")
       }

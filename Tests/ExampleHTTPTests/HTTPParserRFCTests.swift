@@ -78,14 +78,15 @@ import Testing
     }
   }
 
-  @Test func http11NeedsExactlyOneHost() {
+  @Test func http11NeedsExactlyOneHostAndNoRequestHasTwo() {
     #expect(refusalStatus("GET / HTTP/1.1\r\n\r\n") == 400)
     #expect(refusalStatus("GET / HTTP/1.1\r\nHost: a\r\nhost: a\r\n\r\n") == 400)
     // Also with the absolute form, whose authority the server uses instead.
     #expect(refusalStatus("GET http://a/ HTTP/1.1\r\n\r\n") == 400)
     #expect(request("GET / HTTP/1.1\r\nHOST: a\r\n\r\n") != nil)
-    // HTTP/1.0 has no Host requirement.
+    // HTTP/1.0 may leave Host out, but not send two (RFC 9112 section 3.2: any request).
     #expect(request("GET / HTTP/1.0\r\n\r\n") != nil)
+    #expect(refusalStatus("GET / HTTP/1.0\r\nHost: a\r\nHost: b\r\n\r\n") == 400)
   }
 
   @Test func connectionIsACaseInsensitiveTokenList() {
