@@ -5,7 +5,7 @@ SWIFT ?= swift
 WERROR := -Xswiftc -warnings-as-errors
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build run test test-unit test-release test-leaks test-tsan test-c c-api install bench bench-http lint docs clean
+.PHONY: all deps build run test test-unit test-release test-leaks test-tsan test-c test-fuzz c-api install bench bench-http lint docs clean
 
 all: build
 
@@ -26,8 +26,8 @@ run: deps
 
 ## test: lint, every test (debug, then release), then every test again under AddressSanitizer
 ## with LeakSanitizer and under ThreadSanitizer (sizes scaled down there; see
-## LOOPDISPATCH_TEST_SCALE), then the docs.
-test: lint test-unit test-release test-c test-leaks test-tsan docs
+## LOOPDISPATCH_TEST_SCALE), then a minute of fuzzing the HTTP parser, then the docs.
+test: lint test-unit test-release test-c test-leaks test-tsan test-fuzz docs
 
 test-unit: deps
 	$(SWIFT) build --build-tests $(WERROR)
@@ -83,6 +83,13 @@ test-leaks: deps
 test-tsan: deps
 	LOOPDISPATCH_TEST_SCALE=0.05 TSAN_OPTIONS=halt_on_error=1 $(SWIFT) test \
 	  --scratch-path .build/tsan --sanitize=thread $(WERROR) --disable-xctest
+
+## test-fuzz: the HTTP request parser under libFuzzer and AddressSanitizer for FUZZ_SECONDS
+## (default 60), from the seeds in Fuzz/corpus/http; fails on a crash (a broken invariant: see
+## Fuzz/HTTPParserFuzz.swift), a leak or an input that takes over 5 s.
+FUZZ_SECONDS ?= 60
+test-fuzz:
+	SWIFT=$(SWIFT) scripts/fuzz-http.sh $(FUZZ_SECONDS)
 
 ## bench: the Benchmarks package in release mode; prints a table of ratios.
 bench: deps

@@ -76,6 +76,8 @@ let package = Package(
       name: "LoopDispatchTests",
       dependencies: ["LoopDispatch", "TestSupport", "LoopDispatchTestHost"]),
     .testTarget(name: "ExamplesTests", dependencies: ["Examples", "TestSupport"]),
+    // The request parser alone: its rules, one test each (the fuzz target is Fuzz/).
+    .testTarget(name: "ExampleHTTPTests", dependencies: ["ExampleHTTP"]),
     // Large-volume runs: a small size in `make test`, the full size with
     // LOOPDISPATCH_STRESS=full (see README).
     .testTarget(name: "StressTests", dependencies: ["LoopDispatch", "TestSupport"]),
