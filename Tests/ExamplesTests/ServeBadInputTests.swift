@@ -49,16 +49,16 @@ import Testing
     let (server, port) = try #require(startServer())
     // Without the check the last value framed the body: the server waited for 100 bytes.
     try expectRefusal(
-      "POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 100\r\n\r\nhello",
+      "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nContent-Length: 100\r\n\r\nhello",
       status: 400, port: port)
     // The same conflict as one list, and with the larger value first.
     try expectRefusal(
-      "POST / HTTP/1.1\r\nContent-Length: 5, 6\r\n\r\nhello", status: 400, port: port)
+      "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 5, 6\r\n\r\nhello", status: 400, port: port)
     try expectRefusal(
-      "POST / HTTP/1.1\r\nContent-Length: 7\r\ncontent-length: 5\r\n\r\nhello",
+      "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 7\r\ncontent-length: 5\r\n\r\nhello",
       status: 400, port: port)
     // Signs are not digits (`Int("+5")` would take it as 5).
-    try expectRefusal("POST / HTTP/1.1\r\nContent-Length: +5\r\n\r\nhello", status: 400, port: port)
+    try expectRefusal("POST / HTTP/1.1\r\nHost: t\r\nContent-Length: +5\r\n\r\nhello", status: 400, port: port)
     server.send(SIGTERM)
     #expect(server.waitForExit() == 0)
   }
@@ -69,8 +69,8 @@ import Testing
     // Identical copies (repeated, listed or with leading zeros) are one length of 5: the
     // request after the body is parsed from the right place.
     client.send(
-      "POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 5, 005\r\n\r\nhello"
-        + "GET /nope HTTP/1.1\r\n\r\n")
+      "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nContent-Length: 5, 005\r\n\r\nhello"
+        + "GET /nope HTTP/1.1\r\nHost: t\r\n\r\n")
     #expect(client.readResponse()?.status == 200)
     #expect(client.readResponse()?.status == 404)
     server.send(SIGTERM)
@@ -88,8 +88,8 @@ import Testing
     // Pipelined on the same connection: bare LF, mixed endings, a body, then a close.
     client.send(
       "GET /hash?bytes=10 HTTP/1.1\nHost: x\n\n"
-        + "POST /nope HTTP/1.1\r\nContent-Length: 3\n\r\nabc"
-        + "GET / HTTP/1.1\nConnection: close \n\n")
+        + "POST /nope HTTP/1.1\r\nHost: t\r\nContent-Length: 3\n\r\nabc"
+        + "GET / HTTP/1.1\nHost: x\nConnection: close \n\n")
     #expect(client.readResponse()?.body == "fnv1a(10 bytes) = b4b4221e5bfb6820\n")
     #expect(client.readResponse()?.status == 404)
     let last = try #require(client.readResponse())
@@ -106,15 +106,15 @@ import Testing
     let (server, port) = try #require(startServer())
     // Refused from the head alone: the client need not send the body.
     try expectRefusal(
-      "POST / HTTP/1.1\r\nContent-Length: \((1 << 20) + 1)\r\n\r\n", status: 413, port: port)
+      "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: \((1 << 20) + 1)\r\n\r\n", status: 413, port: port)
     try expectRefusal(
-      "POST / HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n", status: 413,
+      "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 99999999999999999999999\r\n\r\n", status: 413,
       port: port)
     // A body of exactly the limit is read and answered, and the connection stays open.
     let client = try #require(connect(port))
     client.send(
-      "POST / HTTP/1.1\r\nContent-Length: \(1 << 20)\r\n\r\n"
-        + String(repeating: "x", count: 1 << 20) + "GET /nope HTTP/1.1\r\n\r\n")
+      "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: \(1 << 20)\r\n\r\n"
+        + String(repeating: "x", count: 1 << 20) + "GET /nope HTTP/1.1\r\nHost: t\r\n\r\n")
     let response = try #require(client.readResponse())
     #expect(response.status == 200)
     #expect(response.headers["connection"] == "keep-alive")

@@ -37,9 +37,9 @@ import Testing
   @Test func aSecondSignalExitsAtOnce() throws {
     let (server, port) = try start()
     let busy = try #require(ServeClient(port: port))
-    busy.send("GET /delay?ms=20000 HTTP/1.1\r\n\r\n")
+    busy.send("GET /delay?ms=20000 HTTP/1.1\r\nHost: t\r\n\r\n")
     let probe = try #require(ServeClient(port: port))  // The /delay request has arrived.
-    probe.send("GET / HTTP/1.1\r\nConnection: close\r\n\r\n")
+    probe.send("GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
     #expect(probe.readResponse()?.status == 200)
     server.send(SIGTERM)
     #expect(server.waitForOutput(containing: "SIGTERM: stopping"))
@@ -63,7 +63,7 @@ import Testing
     var connections = ""
     let deadline = monotonicSeconds() + 8
     while monotonicSeconds() < deadline {
-      probe.send("GET /stats HTTP/1.1\r\n\r\n")
+      probe.send("GET /stats HTTP/1.1\r\nHost: t\r\n\r\n")
       connections =
         probe.readResponse()?.body.split(separator: "\n")
         .first { $0.hasPrefix("connections ") }.map(String.init) ?? "no answer"
@@ -89,8 +89,8 @@ import Testing
 
     let pipelined = try #require(ServeClient(port: port))
     pipelined.send(
-      "GET / HTTP/1.1\r\n\r\nGET /hash?bytes=10 HTTP/1.1\r\n\r\n"
-        + "GET /delay?ms=50 HTTP/1.1\r\n\r\nGET /nope HTTP/1.1\r\n\r\nGET /partial")
+      "GET / HTTP/1.1\r\nHost: t\r\n\r\nGET /hash?bytes=10 HTTP/1.1\r\nHost: t\r\n\r\n"
+        + "GET /delay?ms=50 HTTP/1.1\r\nHost: t\r\n\r\nGET /nope HTTP/1.1\r\nHost: t\r\n\r\nGET /partial")
     pipelined.shutdownWrite()
     #expect(pipelined.readResponse()?.status == 200)
     #expect(pipelined.readResponse()?.body == "fnv1a(10 bytes) = b4b4221e5bfb6820\n")
@@ -107,8 +107,8 @@ import Testing
     let (server, port) = try start()
     let client = try #require(ServeClient(port: port))
     client.send(
-      "HEAD / HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\n\r\nHEAD /hash?bytes=10 HTTP/1.1\r\n\r\n"
-        + "GET /hash?bytes=10 HTTP/1.1\r\n\r\n")
+      "HEAD / HTTP/1.1\r\nHost: t\r\n\r\nGET / HTTP/1.1\r\nHost: t\r\n\r\nHEAD /hash?bytes=10 HTTP/1.1\r\nHost: t\r\n\r\n"
+        + "GET /hash?bytes=10 HTTP/1.1\r\nHost: t\r\n\r\n")
     let head = try #require(client.readResponse(bodyless: true))
     #expect(head.status == 200)
     #expect(head.headers["content-length"] == "24")
@@ -135,7 +135,7 @@ import Testing
     client.send("hello")
     #expect(client.readResponse()?.status == 200)
 
-    client.send("POST / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\nhello")
+    client.send("POST / HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\nhello")
     #expect(client.readResponse()?.status == 200)
     let old = try #require(ServeClient(port: port))
     old.send("POST / HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n")
@@ -152,12 +152,31 @@ import Testing
   @Test func theIdleTimeoutCountsFromTheLastAnswer() throws {
     let (server, port) = try start(["--idle-timeout-ms", "2000"])
     let client = try #require(ServeClient(port: port))
-    client.send("GET /delay?ms=3000 HTTP/1.1\r\n\r\n")
+    client.send("GET /delay?ms=3000 HTTP/1.1\r\nHost: t\r\n\r\n")
     #expect(client.readResponse()?.body == "waited 3000 ms\n")
     #expect(client.staysOpen(milliseconds: 1_500))
-    client.send("GET / HTTP/1.1\r\n\r\n")
+    client.send("GET / HTTP/1.1\r\nHost: t\r\n\r\n")
     #expect(client.readResponse()?.status == 200)
     #expect(client.readsEndOfFile())
+    server.send(SIGTERM)
+    #expect(server.waitForExit(seconds: 15) == 0)
+  }
+
+  /// Absolute-form targets (RFC 9112 section 3.2.2) are served for the server's own
+  /// authority and answered 421 for any other.
+  @Test func absoluteFormIsServedForTheServersOwnAuthority() throws {
+    let (server, port) = try start([])
+    let client = try #require(ServeClient(port: port))
+    client.send("GET http://127.0.0.1:\(port)/hash?bytes=10 HTTP/1.1\r\nHost: t\r\n\r\n")
+    let own = try #require(client.readResponse())
+    #expect(own.status == 200)
+    #expect(own.body == "fnv1a(10 bytes) = b4b4221e5bfb6820\n")
+    client.send("GET HTTP://LOCALHOST:\(port)/ HTTP/1.1\r\nHost: t\r\n\r\n")
+    #expect(client.readResponse()?.status == 200)
+    client.send("GET http://example.com:\(port)/ HTTP/1.1\r\nHost: t\r\n\r\n")
+    #expect(client.readResponse()?.status == 421)
+    client.send("GET http://127.0.0.1:1/ HTTP/1.1\r\nHost: t\r\n\r\n")
+    #expect(client.readResponse()?.status == 421)
     server.send(SIGTERM)
     #expect(server.waitForExit(seconds: 15) == 0)
   }
@@ -167,7 +186,7 @@ import Testing
 /// reads an answer; it stops early when a send fails (the server closed the connection).
 /// Returns the thread and the number of requests sent so far.
 func pipelineWithoutReading(_ client: ServeClient, count: Int) -> (pthread_t, Counter) {
-  let request = "GET /metrics HTTP/1.1\r\nX-Pad: \(String(repeating: "x", count: 2_000))\r\n\r\n"
+  let request = "GET /metrics HTTP/1.1\r\nHost: t\r\nX-Pad: \(String(repeating: "x", count: 2_000))\r\n\r\n"
   let sent = Counter()
   let fd = client.fd
   let sender = startThread {

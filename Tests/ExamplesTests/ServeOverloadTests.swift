@@ -21,7 +21,7 @@ import Testing
     #expect(cpu < 0.5, "the server used \(cpu) s of CPU in 3 s")
 
     let late = try #require(ServeClient(port: port))
-    late.send("GET / HTTP/1.1\r\n\r\n")
+    late.send("GET / HTTP/1.1\r\nHost: t\r\n\r\n")
     let answer = try #require(late.readResponse())
     #expect(answer.status == 503 || answer.status == 200)
     if answer.status == 503 {
@@ -35,7 +35,7 @@ import Testing
     let deadline = monotonicSeconds() + 15
     while status != 200 && monotonicSeconds() < deadline {
       client = ServeClient(port: port)
-      client?.send("GET / HTTP/1.1\r\n\r\n")
+      client?.send("GET / HTTP/1.1\r\nHost: t\r\n\r\n")
       status = client?.readResponse()?.status ?? 0
       if status != 200 {
         var pause = timespec(tv_sec: 0, tv_nsec: 20_000_000)
@@ -44,7 +44,7 @@ import Testing
     }
     #expect(status == 200)
     let probe = try #require(client)
-    probe.send("GET /stats HTTP/1.1\r\n\r\nGET /metrics HTTP/1.1\r\n\r\n")
+    probe.send("GET /stats HTTP/1.1\r\nHost: t\r\n\r\nGET /metrics HTTP/1.1\r\nHost: t\r\n\r\n")
     let stats = try #require(probe.readResponse()).body
     let refused = counter(stats, "accepts_refused ")
     let shed = counter(stats, "overload_503 ")

@@ -176,12 +176,12 @@ private enum SoakPlan {
   static let malformed: [(request: String, status: Int)] = [
     ("GARBAGE\r\n\r\n", 400),
     ("GET / HTTP/2.0\r\n\r\n", 400),
-    ("GET / HTTP/1.1\r\nNoColonHere\r\n\r\n", 400),
-    ("get / HTTP/1.1\r\n\r\n", 400),
-    ("GET / HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400),
-    ("GET / HTTP/1.1\r\nBad Name: x\r\n\r\n", 400),
-    ("GET / HTTP/1.1\r\nX-Big: " + String(repeating: "b", count: 9000) + "\r\n\r\n", 431),
-    ("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", 501),
+    ("GET / HTTP/1.1\r\nHost: t\r\nNoColonHere\r\n\r\n", 400),
+    ("get / HTTP/1.1\r\nHost: t\r\n\r\n", 400),
+    ("GET / HTTP/1.1\r\nHost: t\r\nContent-Length: -1\r\n\r\n", 400),
+    ("GET / HTTP/1.1\r\nHost: t\r\nBad Name: x\r\n\r\n", 400),
+    ("GET / HTTP/1.1\r\nHost: t\r\nX-Big: " + String(repeating: "b", count: 9000) + "\r\n\r\n", 431),
+    ("POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n", 501),
   ]
 }
 
@@ -371,8 +371,8 @@ private final class SoakClient {
     guard run([randomExchange(keepAlive: true)], on: link) else { return }
     switch round % 3 {
     case 0: link.send("GET / HTTP/1.1\r\nHost: parti")
-    case 1: link.send("GET /delay?ms=5 HTTP/1.1\r\n\r\n")
-    default: link.send("GET /hash?bytes=200000 HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\nHo")
+    case 1: link.send("GET /delay?ms=5 HTTP/1.1\r\nHost: t\r\n\r\n")
+    default: link.send("GET /hash?bytes=200000 HTTP/1.1\r\nHost: t\r\n\r\nGET / HTTP/1.1\r\nHost: t\r\nHo")
     }
     link.client.resetOnRelease()
     tally.abandoned += 1
@@ -609,7 +609,7 @@ private func settle(port: UInt16, pid: pid_t, until done: (ServerState) -> Bool)
   let deadline = monotonicNanoseconds() + 20_000_000_000
   var settled = Settled(probe: probe)
   while true {
-    probe.send("GET /stats HTTP/1.1\r\n\r\n")
+    probe.send("GET /stats HTTP/1.1\r\nHost: t\r\n\r\n")
     guard let response = probe.readResponse(), response.status == 200 else {
       settled.probe = nil
       return settled

@@ -201,6 +201,13 @@ final class Connection: @unchecked Sendable {
     let keepAlive = request.keepAlive && !draining
     // HEAD: the headers GET would send, Content-Length included, and no body.
     let omitBody = request.method == "HEAD"
+    // Absolute-form is served for this server's own authority only (RFC 9112 section 3.2.2;
+    // this is not a proxy): 421 Misdirected Request for any other.
+    if let authority = request.absoluteAuthority, !server.isOwnAuthority(authority) {
+      return respond(
+        status: 421, reason: "Misdirected Request", body: "this server is not \(authority)\n",
+        keepAlive: keepAlive, omitBody: omitBody)
+    }
     switch request.path {
     case "/":
       respond(
