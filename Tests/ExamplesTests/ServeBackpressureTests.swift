@@ -22,7 +22,8 @@ import Testing
     // the sender only finishes if the server reads them all. Each answer (/metrics) is a few
     // KiB: without backpressure the server would hold tens of MiB of answers.
     let count = 6_000
-    let request = "GET /metrics HTTP/1.1\r\nHost: t\r\nX-Pad: \(String(repeating: "x", count: 2_000))\r\n\r\n"
+    let request =
+      "GET /metrics HTTP/1.1\r\nHost: t\r\nX-Pad: \(String(repeating: "x", count: 2_000))\r\n\r\n"
     let sent = Counter()
     let fd = client.fd  // The sender writes; this thread reads through `client`.
     let sender = startThread {

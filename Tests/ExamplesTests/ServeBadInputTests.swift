@@ -58,7 +58,8 @@ import Testing
       "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 7\r\ncontent-length: 5\r\n\r\nhello",
       status: 400, port: port)
     // Signs are not digits (`Int("+5")` would take it as 5).
-    try expectRefusal("POST / HTTP/1.1\r\nHost: t\r\nContent-Length: +5\r\n\r\nhello", status: 400, port: port)
+    try expectRefusal(
+      "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: +5\r\n\r\nhello", status: 400, port: port)
     server.send(SIGTERM)
     #expect(server.waitForExit() == 0)
   }
@@ -106,7 +107,8 @@ import Testing
     let (server, port) = try #require(startServer())
     // Refused from the head alone: the client need not send the body.
     try expectRefusal(
-      "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: \((1 << 20) + 1)\r\n\r\n", status: 413, port: port)
+      "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: \((1 << 20) + 1)\r\n\r\n", status: 413,
+      port: port)
     try expectRefusal(
       "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 99999999999999999999999\r\n\r\n", status: 413,
       port: port)

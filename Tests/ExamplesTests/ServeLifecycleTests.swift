@@ -90,7 +90,8 @@ import Testing
     let pipelined = try #require(ServeClient(port: port))
     pipelined.send(
       "GET / HTTP/1.1\r\nHost: t\r\n\r\nGET /hash?bytes=10 HTTP/1.1\r\nHost: t\r\n\r\n"
-        + "GET /delay?ms=50 HTTP/1.1\r\nHost: t\r\n\r\nGET /nope HTTP/1.1\r\nHost: t\r\n\r\nGET /partial")
+        + "GET /delay?ms=50 HTTP/1.1\r\nHost: t\r\n\r\nGET /nope HTTP/1.1\r\nHost: t\r\n\r\nGET /partial"
+    )
     pipelined.shutdownWrite()
     #expect(pipelined.readResponse()?.status == 200)
     #expect(pipelined.readResponse()?.body == "fnv1a(10 bytes) = b4b4221e5bfb6820\n")
@@ -135,7 +136,8 @@ import Testing
     client.send("hello")
     #expect(client.readResponse()?.status == 200)
 
-    client.send("POST / HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\nhello")
+    client.send(
+      "POST / HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\nhello")
     #expect(client.readResponse()?.status == 200)
     let old = try #require(ServeClient(port: port))
     old.send("POST / HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n")
@@ -186,7 +188,8 @@ import Testing
 /// reads an answer; it stops early when a send fails (the server closed the connection).
 /// Returns the thread and the number of requests sent so far.
 func pipelineWithoutReading(_ client: ServeClient, count: Int) -> (pthread_t, Counter) {
-  let request = "GET /metrics HTTP/1.1\r\nHost: t\r\nX-Pad: \(String(repeating: "x", count: 2_000))\r\n\r\n"
+  let request =
+    "GET /metrics HTTP/1.1\r\nHost: t\r\nX-Pad: \(String(repeating: "x", count: 2_000))\r\n\r\n"
   let sent = Counter()
   let fd = client.fd
   let sender = startThread {

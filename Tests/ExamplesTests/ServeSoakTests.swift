@@ -180,7 +180,9 @@ private enum SoakPlan {
     ("get / HTTP/1.1\r\nHost: t\r\n\r\n", 400),
     ("GET / HTTP/1.1\r\nHost: t\r\nContent-Length: -1\r\n\r\n", 400),
     ("GET / HTTP/1.1\r\nHost: t\r\nBad Name: x\r\n\r\n", 400),
-    ("GET / HTTP/1.1\r\nHost: t\r\nX-Big: " + String(repeating: "b", count: 9000) + "\r\n\r\n", 431),
+    (
+      "GET / HTTP/1.1\r\nHost: t\r\nX-Big: " + String(repeating: "b", count: 9000) + "\r\n\r\n", 431
+    ),
     ("POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n", 501),
   ]
 }
@@ -372,7 +374,8 @@ private final class SoakClient {
     switch round % 3 {
     case 0: link.send("GET / HTTP/1.1\r\nHost: parti")
     case 1: link.send("GET /delay?ms=5 HTTP/1.1\r\nHost: t\r\n\r\n")
-    default: link.send("GET /hash?bytes=200000 HTTP/1.1\r\nHost: t\r\n\r\nGET / HTTP/1.1\r\nHost: t\r\nHo")
+    default:
+      link.send("GET /hash?bytes=200000 HTTP/1.1\r\nHost: t\r\n\r\nGET / HTTP/1.1\r\nHost: t\r\nHo")
     }
     link.client.resetOnRelease()
     tally.abandoned += 1

@@ -25,7 +25,8 @@ import Testing
       #expect(response.headers["connection"] == "keep-alive")
     }
     // Pipelined requests on the same connection are answered in order.
-    client.send("GET /hash?bytes=10 HTTP/1.1\r\nHost: t\r\n\r\nGET /nope HTTP/1.1\r\nHost: t\r\n\r\n")
+    client.send(
+      "GET /hash?bytes=10 HTTP/1.1\r\nHost: t\r\n\r\nGET /nope HTTP/1.1\r\nHost: t\r\n\r\n")
     #expect(client.readResponse()?.body == "fnv1a(10 bytes) = b4b4221e5bfb6820\n")
     #expect(client.readResponse()?.status == 404)
     server.send(SIGTERM)
@@ -75,7 +76,8 @@ import Testing
   @Test func oversizedHeadersGet431() throws {
     let (server, port) = try #require(startServer())
     let client = try #require(ServeClient(port: port))
-    client.send("GET / HTTP/1.1\r\nHost: t\r\nX-Big: " + String(repeating: "a", count: 20_000) + "\r\n\r\n")
+    client.send(
+      "GET / HTTP/1.1\r\nHost: t\r\nX-Big: " + String(repeating: "a", count: 20_000) + "\r\n\r\n")
     let response = try #require(client.readResponse())
     #expect(response.status == 431)
     #expect(client.readsEndOfFile())
