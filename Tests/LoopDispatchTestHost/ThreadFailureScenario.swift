@@ -92,17 +92,27 @@ func threadFailureScenario() {
   }
   print("all \(items) items ran once on \(workers) workers under the fault")
 
-  // 5. Recovery: without the fault, a stalled pool grows again.
+  // 5. Recovery: without the fault, a stalled pool grows again. First let the pool settle
+  // (nothing waiting, every thread parked): a supervisor tick that saw step 4's items
+  // waiting may still add a worker right after the restore, and that worker, idle, would
+  // then run the probe item below without any growth being needed.
   fault.restore()
+  guard
+    pollUntil(seconds: 30, {
+      let stats = RuntimeStats.current
+      return stats.pendingJobs == 0 && stats.parkedWorkers == stats.poolThreads
+    })
+  else { fail("the pool did not settle after the fault was removed") }
+  let workersNow = RuntimeStats.current.poolThreads
   let growthBefore = RuntimeStats.current.poolGrowthEvents
   let secondBlockers = Group()
-  block(workers, on: pipeEnds, group: secondBlockers)
+  block(workersNow, on: pipeEnds, group: secondBlockers)
   let ranAfterRecovery = Semaphore(value: 0)
   Queue.global().async { ranAfterRecovery.signal() }
   guard ranAfterRecovery.wait(timeout: .seconds(30)) == .success else {
     fail("the pool did not grow after the fault was removed")
   }
-  pipeEnds.release(workers)
+  pipeEnds.release(workersNow)
   guard secondBlockers.wait(timeout: .seconds(30)) == .success else {
     fail("the second blockers never finished")
   }
