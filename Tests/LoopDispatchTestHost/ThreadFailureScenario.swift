@@ -98,10 +98,12 @@ func threadFailureScenario() {
   // then run the probe item below without any growth being needed.
   fault.restore()
   guard
-    pollUntil(seconds: 30, {
-      let stats = RuntimeStats.current
-      return stats.pendingJobs == 0 && stats.parkedWorkers == stats.poolThreads
-    })
+    pollUntil(
+      seconds: 30,
+      {
+        let stats = RuntimeStats.current
+        return stats.pendingJobs == 0 && stats.parkedWorkers == stats.poolThreads
+      })
   else { fail("the pool did not settle after the fault was removed") }
   let workersNow = RuntimeStats.current.poolThreads
   let growthBefore = RuntimeStats.current.poolGrowthEvents
