@@ -22,24 +22,7 @@ import Testing
     // the sender only finishes if the server reads them all. Each answer (/metrics) is a few
     // KiB: without backpressure the server would hold tens of MiB of answers.
     let count = 6_000
-    let request =
-      "GET /metrics HTTP/1.1\r\nHost: t\r\nX-Pad: \(String(repeating: "x", count: 2_000))\r\n\r\n"
-    let sent = Counter()
-    let fd = client.fd  // The sender writes; this thread reads through `client`.
-    let sender = startThread {
-      let bytes = Array(request.utf8)
-      for _ in 0..<count {
-        var offset = 0
-        while offset < bytes.count {
-          let n = bytes.withUnsafeBytes {
-            send(fd, $0.baseAddress! + offset, $0.count - offset, Int32(MSG_NOSIGNAL))
-          }
-          if n <= 0 { return }
-          offset += n
-        }
-        sent.increment()
-      }
-    }
+    let (sender, sent) = pipelineWithoutReading(client, count: count)  // ServeLifecycleTests
     // Nobody reads the answers until the sender has sent everything or has made no progress
     // for 200 ms (held back by the server). The pause only decides when reading starts: a
     // server that holds back passes whenever it starts; one that does not would have read
