@@ -153,11 +153,7 @@ enum CHandle {
 
   /// Whether the object lives as long as the process (retain and release ignore it).
   static func isProcessLifetime(_ object: AnyObject) -> Bool {
-    guard let queue = object as? Queue else { return false }
-    return queue === Queue.main
-      || Priority.allCases.contains {
-        Queue.global($0) === queue || Queue.global($0, overcommit: true) === queue
-      }
+    (object as? Queue)?.livesForTheProcess ?? false
   }
 }
 

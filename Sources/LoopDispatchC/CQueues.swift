@@ -180,7 +180,7 @@ public func cDispatchSetTargetQueue(
   switch CHandle.object(nonNull(object, "dispatch_set_target_queue")) {
   case let queue as Queue:
     // The main and global queues keep their place, as in libdispatch (no effect).
-    if queue === Queue.main || CHandle.isProcessLifetime(queue) { return }
+    if queue.livesForTheProcess { return }
     queue.setTarget(newTarget)
   case let source as CSource: source.setTarget(newTarget)
   // Groups and semaphores: the target is where their finalizer runs.

@@ -426,6 +426,17 @@ static void test_sanitizer_layout(void) {
   CHECK(target_at_offset(child) == other, "a new target at the target offset");
   dispatch_queue_set_width(parent, 3);
   CHECK(width_at_offset(parent) == 3, "dispatch_queue_set_width at the width offset");
+  // The main and global queues (overcommit ones included) ignore retargeting, retain and
+  // release: their target stays NULL, and releasing them more often than retained is safe.
+  dispatch_queue_t overcommit = dispatch_get_global_queue(0, DISPATCH_QUEUE_OVERCOMMIT);
+  dispatch_set_target_queue(dispatch_get_main_queue(), other);
+  dispatch_set_target_queue(overcommit, other);
+  CHECK(target_at_offset(dispatch_get_main_queue()) == NULL && target_at_offset(overcommit) == NULL,
+        "the main and global queues keep no target");
+  for (int i = 0; i < 1000; i++) dispatch_release(overcommit);
+  __block int overcommit_ran = 0;
+  dispatch_sync(overcommit, ^{ overcommit_ran = 1; });
+  CHECK(overcommit_ran, "an overcommit queue outlives unbalanced releases");
   dispatch_source_t source = dispatch_source_create(DISPATCH_SOURCE_TYPE_DATA_ADD, 0, 0, child);
   CHECK(target_at_offset(source) == child, "a source's queue at the target offset");
   dispatch_set_target_queue(source, parent);

@@ -37,6 +37,10 @@ extension Queue {
   /// Whether this is a custom concurrent queue (where barriers mean something).
   package var isConcurrent: Bool { kind == .concurrent }
 
+  /// Whether this is the main queue or a global queue (plain or overcommit): shared by the
+  /// whole process, never released (the C API's retain and release ignore them).
+  package var livesForTheProcess: Bool { !isCustom }
+
   /// Changes how many items of this concurrent queue may run at once.
   ///
   /// Items already running finish; a wider queue starts waiting items at once, a narrower
