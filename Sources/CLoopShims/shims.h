@@ -94,6 +94,21 @@ static inline int *cls_driver_slot_ptr_(void) {
 static inline int cls_driver_get(void) { return *cls_driver_slot_ptr_(); }
 static inline void cls_driver_set(int flags) { *cls_driver_slot_ptr_() = flags; }
 
+/// The calling thread's cache of free pool job nodes (Sources/LoopDispatch/Pool/NodeCache.swift):
+/// `spare_*` is a list of nodes this thread freed, `borrowed` a chain it took from the shared
+/// stack, `registered` whether its exit hook is installed. Zero on a thread that never used it.
+struct cls_node_cache {
+  void *spare_head;
+  void *spare_tail;
+  long spare_count;
+  void *borrowed;
+  long registered;
+};
+static inline struct cls_node_cache *cls_node_cache_ptr(void) {
+  static __thread struct cls_node_cache cache = {0, 0, 0, 0, 0};
+  return &cache;
+}
+
 /// Whether the caller is the process main thread, computed once per thread and then read
 /// from a thread-local cache (no system call on the fast path). Each object file has its own
 /// cache (see above); every copy computes the same answer, so that is harmless here.

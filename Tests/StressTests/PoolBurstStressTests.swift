@@ -436,7 +436,7 @@ private func waitForSupervisorTicks(_ ticks: Int) -> Bool {
   else { return false }
   let start = Deadline.now
   while let now = taskStatusField(tid, "voluntary_ctxt_switches"), now < first + ticks {
-    if WorkerPool.shared.pendingJobs.load(ordering: .relaxed) == 0
+    if WorkerPool.shared.queuedJobCount == 0
       || Deadline.now - start > .seconds(60)
     {
       return false

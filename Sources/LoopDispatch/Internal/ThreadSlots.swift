@@ -42,4 +42,9 @@ enum ThreadSlots {
   /// Sets the calling thread's I/O driver flags.
   @inline(never)
   static func setDriverFlags(_ flags: Int32) { cls_driver_set(flags) }
+
+  /// The calling thread's free-node cache (`NodeCache`); valid for the thread's life,
+  /// including its pthread key destructors.
+  @inline(never)
+  static func nodeCache() -> UnsafeMutablePointer<cls_node_cache> { cls_node_cache_ptr() }
 }

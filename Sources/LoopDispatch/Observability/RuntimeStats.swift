@@ -103,8 +103,8 @@ public struct RuntimeStats: Sendable, CustomStringConvertible {
       poolThreads: pool.threadCount,
       overcommitThreads: pool.overcommitThreadCount,
       parkedWorkers: pool.parkedCount,
-      pendingJobs: pool.pendingJobs.load(ordering: .relaxed) + pool.overcommitQueuedCount,
-      jobsStarted: pool.jobsStarted.load(ordering: .relaxed)
+      pendingJobs: pool.queuedJobCount + pool.overcommitQueuedCount,
+      jobsStarted: pool.jobsStarted
         &+ pool.overcommitJobsStarted.load(ordering: .relaxed),
       poolGrowthEvents: pool.growthEvents.load(ordering: .relaxed),
       mainLoop: LoopStats(EventLoop.main),

@@ -146,7 +146,7 @@ extension WorkerPool {
   /// meanwhile, and leaves the rest to the supervisor (rule 5). Returns whether it started.
   /// Thread-safety: any thread (the submitter's, the supervisor's, a retiring worker's).
   private func startOvercommitWorker(id: Int) -> Bool {
-    let worker = Worker(pool: self, id: id, isExtra: true)
+    let worker = Worker(pool: self, overcommitID: id)
     // Counted in `coming` since the reservation: its first hold of the lock ends that.
     worker.isComing = true
     do {
@@ -223,10 +223,8 @@ extension WorkerPool {
 
   /// The figures of the global queue of `priority`, plain or overcommit (for `Queue.figures`).
   func laneFigures(_ priority: Priority, overcommit: Bool) -> LaneStats {
-    state.withLock { state in
-      overcommit
-        ? state.overcommit.laneStats[priority.rawValue] : state.laneStats[priority.rawValue]
-    }
+    if !overcommit { return plainLaneFigures(priority.rawValue) }
+    return state.withLock { $0.overcommit.laneStats[priority.rawValue] }
   }
 
   /// Overcommit threads alive or starting.

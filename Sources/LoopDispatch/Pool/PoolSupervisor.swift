@@ -66,7 +66,7 @@ final class PoolSupervisor: @unchecked Sendable {
   }
 
   private func run(_ pool: WorkerPool) {
-    var lastStarted = pool.jobsStarted.load(ordering: .relaxed)
+    var lastStarted = pool.jobsStarted
     let tickNanoseconds = UInt64(tick.saturatingNanoseconds)
     // No worker start before this instant (monotonic): set after a refused start.
     var retryAt = Deadline(uptimeNanoseconds: 0)
@@ -74,7 +74,7 @@ final class PoolSupervisor: @unchecked Sendable {
       if !pool.hasWaitingWork {
         // Sleep until a submission finds every worker busy or fills a run-next slot.
         // Sequentially consistent store then loads: pairs with the submitter's
-        // sequentially consistent `pendingJobs` add, then its load of `word` (Dekker): either
+        // sequentially consistent publication of a job, then its load of `word` (Dekker): either
         // we see its job, or it sees us asleep and wakes us.
         word.atomic.pointee.store(1, ordering: .sequentiallyConsistent)
         if !pool.hasWaitingWork {
@@ -84,19 +84,20 @@ final class PoolSupervisor: @unchecked Sendable {
         } else {
           word.atomic.pointee.store(0, ordering: .relaxed)
         }
-        lastStarted = pool.jobsStarted.load(ordering: .relaxed)
+        lastStarted = pool.jobsStarted
       }
       word.wait(whileEqualTo: 0, timeoutNanoseconds: tickNanoseconds)
-      let started = pool.jobsStarted.load(ordering: .relaxed)
+      let started = pool.jobsStarted
       defer { lastStarted = started }
-      // A slot or batch whose owner has not come back for a tick goes to its lane.
+      // A slot whose owner has not come back for a tick goes to its lane; a stuck worker's
+      // local queue gets a thief.
       let registered = registeredWorkers()
       pool.rescueStrandedRunNext(among: registered)
-      pool.rescueStrandedBatches(among: registered)
+      pool.rescueStrandedLocalQueues(among: registered)
       if pool.overcommitShortfall.load(ordering: .relaxed) > 0 && Deadline.now >= retryAt {
         if !pool.serveOvercommitShortfall() { retryAt = .now + retryDelay }
       }
-      guard started == lastStarted, pool.pendingJobs.load(ordering: .relaxed) > 0 else { continue }
+      guard started == lastStarted, pool.queuedJobCount > 0 else { continue }
       // Jobs waited a whole tick and none started. A parked worker means a wake-up was missed
       // (or a rescued slot job needs one): wake it rather than grow.
       if pool.wakeParkedWorker() { continue }

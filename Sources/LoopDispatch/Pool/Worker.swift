@@ -3,17 +3,25 @@ import MainLoop
 import Synchronization
 
 /// One pool thread. Runs jobs, spins briefly when out of work, then parks on its own word.
+///
+/// A plain worker object lives for the process: when its thread retires, the object waits
+/// in `WorkerPool.State.retired` for the next start at its table index, so thieves and
+/// wakers that hold it never see it freed.
 final class Worker: @unchecked Sendable {
-  // @unchecked Sendable: `parkWord`, `tid` and `busy` are atomic; `spinBudget` is only
-  // touched by the worker's own thread.
+  // @unchecked Sendable: the atomics are atomic; `id` and `isExtra` are written only under
+  // the pool's lock before the worker's thread starts; `runNextStreak`, `spinBudget` and
+  // `runNextSeen` belong to one thread each (the worker, the worker, the supervisor);
+  // `isComing` is protected by the pool's lock.
 
   /// The pool lives for the whole process (a static singleton), so no reference counting.
   unowned(unsafe) let pool: WorkerPool
-  let id: Int
-  let isExtra: Bool
-  /// 1 while parked (or about to park), 0 once woken. Written to 1 by the worker under the
-  /// pool lock as it joins the idle stack; written to 0 by the waker that removed it from the
-  /// idle stack (under the lock), after the lock is released.
+  /// For the thread's name (`ld.worker.<id>`): unique per start.
+  private(set) var id: Int
+  /// Position in the pool's worker table and idle set (plain workers; 0 for overcommit).
+  let index: Int
+  private(set) var isExtra: Bool
+  /// 1 while parked (or about to park), 0 once woken. Written to 1 by the worker before it
+  /// joins the idle set; written to 0 by the waker that removed it from the set.
   let parkWord = FutexWord(0)
   /// Atomic. The worker's kernel thread id (for the supervisor's blocked check).
   let tid = Atomic<Int32>(0)
@@ -25,46 +33,59 @@ final class Worker: @unchecked Sendable {
   /// Iterations of the next spin (adaptive; see `spinForWork`). Only touched by the worker.
   private var spinBudget = WorkerPool.spinFloor
 
-  // The run-next slot (`WorkerPool+RunNext.swift`). The three stored properties are
-  // protected by the pool's lock; `hasRunNext` mirrors `runNext != nil` for lock-free checks
-  // (a hint: written under the lock, read relaxed, the truth is under the lock).
-  /// A job made runnable by this worker's current job, to run as soon as that job returns.
-  var runNext: SlotJob?
-  /// Slot jobs this worker ran in a row (reset when it takes a job from a lane).
-  var runNextStreak = 0
-  /// Set when the supervisor has seen the slot filled at a tick; a slot still filled and
-  /// seen at the next tick is moved to its lane (the owner is stuck in its job).
-  var runNextSeen = false
-  /// Atomic. Whether `runNext` is filled (see above).
-  let hasRunNext = Atomic<Bool>(false)
+  /// The worker's local queues, one per lane (plain workers; empty for overcommit ones).
+  let local: [LocalQueue]
+  /// Its global-queue figures (owner-written; summed by `WorkerPool.plainLaneFigures`).
+  let figures = WorkerFigures()
 
-  // The batch (`WorkerPool+Batch.swift`).
-  /// Jobs this worker moved out of a long lane in one go, with their lane. Protected by its
-  /// own lock (taken after the pool's lock when both are held); stealable.
-  let batch = LockedValue(WorkerBatch())
-  /// Atomic. How many jobs `batch` holds (a hint, written under its lock).
-  let batchCount = Atomic<Int>(0)
+  // The run-next slot (`WorkerPool+RunNext.swift`).
+  /// Atomic. A job made runnable by this worker's current job (a node pointer, 0: none).
+  /// Filled by the owner only; emptied by an exchange, by the owner or by a rescue.
+  let runNext = Atomic<UInt>(0)
+  /// Slot jobs this worker ran in a row (reset when it takes a job from a queue). Owner only.
+  var runNextStreak = 0
+  /// The slot's contents the supervisor saw at its last tick. Supervisor only.
+  var runNextSeen: UInt = 0
   /// Atomic. Jobs this worker started (written by the worker only; the supervisor reads it
-  /// to tell a worker stuck in one job).
+  /// to tell a worker stuck in one job, and sums it for the pool's progress).
   let progress = Atomic<UInt64>(0)
   /// `progress` when the supervisor last looked. Only touched by the supervisor.
   var progressSeenBySupervisor: UInt64 = 0
-  /// Jobs finished per lane not yet added to the lanes' figures (done at the worker's next
-  /// pool-lock acquisition). Only touched by the worker.
-  var uncountedCompletions = [UInt64](repeating: 0, count: Priority.allCases.count)
 
-  /// The worker whose thread is calling, or nil off the pool.
+  /// The worker whose thread is calling, or nil off the pool (and on overcommit threads).
   static var current: Worker? {
     // Safe: the slot is set by `main()` to its own worker for as long as the thread runs
-    // it, and the thread's closure keeps that worker alive meanwhile.
+    // it, and worker objects live for the process.
     guard let raw = ThreadSlots.worker() else { return nil }
     return Unmanaged<Worker>.fromOpaque(raw).takeUnretainedValue()
   }
 
-  init(pool: WorkerPool, id: Int, isExtra: Bool) {
+  /// A plain worker at table index `index`.
+  init(pool: WorkerPool, id: Int, index: Int, isExtra: Bool) {
     self.pool = pool
     self.id = id
+    self.index = index
     self.isExtra = isExtra
+    local = Priority.allCases.map { _ in LocalQueue() }
+  }
+
+  /// An overcommit worker (`Overcommit.swift`): no local queues, no table index.
+  init(pool: WorkerPool, overcommitID id: Int) {
+    self.pool = pool
+    self.id = id
+    self.index = 0
+    self.isExtra = true
+    local = []
+  }
+
+  /// Readies a retired worker object for a new thread. Pool lock held; its old thread has
+  /// left the idle set and runs no more pool code that reads these.
+  func prepareForRestart(id: Int, isExtra: Bool) {
+    self.id = id
+    self.isExtra = isExtra
+    tid.store(0, ordering: .relaxed)
+    busy.store(false, ordering: .relaxed)
+    parkWord.atomic.pointee.store(0, ordering: .relaxed)
   }
 
   func main() {
@@ -73,14 +94,11 @@ final class Worker: @unchecked Sendable {
     tid.store(Syscall.currentThreadID, ordering: .relaxed)
     ThreadSlots.setWorker(Unmanaged.passUnretained(self).toOpaque())
     defer { ThreadSlots.setWorker(nil) }
-    // Registered with the supervisor by `WorkerPool.spawnWorker`, before this thread ran.
-    defer { pool.supervisor.unregister(self) }
+    // Registered with the supervisor by `WorkerPool.spawnWorker`, before this thread ran;
+    // unregistered by `retire`.
     while true {
-      if let (job, priority) = pool.takeBatched(for: self) ?? pool.takeJob(for: self)
-        ?? pool.steal(for: self)
-      {
-        run(job, from: Queue.global(priority))
-        uncountedCompletions[priority.rawValue] &+= 1
+      if let node = pool.takeJob(for: self) ?? pool.steal(for: self) {
+        run(node)
         continue
       }
       if spinForWork() { continue }
@@ -88,14 +106,18 @@ final class Worker: @unchecked Sendable {
     }
   }
 
-  /// Runs `job` with a frame for its global queue, so `Queue.current` names it.
+  /// Runs the job in `node` with a frame for its global queue, so `Queue.current` names it,
+  /// and recycles the node.
   @inline(__always)
-  private func run(_ job: PoolJob, from root: Queue) {
+  private func run(_ node: JobNodePointer) {
+    let (job, lane, enqueuedAt) = node.takeJob()
+    NodeCache.give(node)
     busy.store(true, ordering: .relaxed)
-    pool.jobsStarted.wrappingAdd(1, ordering: .relaxed)
     // Single writer: a plain load and store.
     progress.store(progress.load(ordering: .relaxed) &+ 1, ordering: .relaxed)
-    ThreadFrame.with(root, exclusive: false) { job.run() }
+    figures.recordStart(lane: lane, enqueuedAt: enqueuedAt)
+    ThreadFrame.with(Queue.global(Priority(rawValue: lane)!), exclusive: false) { job.run() }
+    figures.recordCompletion(lane: lane)
     busy.store(false, ordering: .relaxed)
   }
 
@@ -110,11 +132,13 @@ final class Worker: @unchecked Sendable {
   /// spinner at a time, so idle spinning never takes more than one core, and only right
   /// after a job.
   private func spinForWork() -> Bool {
+    // Sequentially consistent: a submitter that loads `searching` after its push either sees
+    // this spinner (and wakes nobody) or its job is seen by the checks below.
     let searchers = pool.searching.wrappingAdd(1, ordering: .sequentiallyConsistent).newValue
     defer { pool.searching.wrappingSubtract(1, ordering: .sequentiallyConsistent) }
     if searchers > pool.maximumSearchers { return false }
     for _ in 0..<spinBudget {
-      if pool.pendingJobs.load(ordering: .relaxed) > 0 {
+      if pool.hasQueuedWork() {
         spinBudget = Swift.min(pool.spinLimit, spinBudget * 2)
         return true
       }
@@ -124,48 +148,93 @@ final class Worker: @unchecked Sendable {
     return false
   }
 
-  /// Parks until woken, first recording the completion of its last job. Returns false if
-  /// this extra worker retired instead.
+  /// Parks until woken (`WorkerPool+Parking.swift`). Returns false if this extra worker
+  /// retired instead.
   private func park() -> Bool {
-    let mustPark = pool.state.withLock { state -> Bool in
-      pool.countCompletions(of: self, &state)
-      if runNext != nil { return false }
-      // Jobs in the lanes or in other workers' batches (which it can steal): do not park.
-      if pool.pendingJobs.load(ordering: .relaxed) > 0 { return false }
-      parkWord.atomic.pointee.store(1, ordering: .relaxed)
-      state.idle.append(self)
+    parkWord.atomic.pointee.store(1, ordering: .relaxed)
+    pool.announceIdle(self)
+    // The Dekker re-check: work published before our announcement is seen here.
+    if pool.hasQueuedWork() {
+      _ = pool.withdrawIdle(self)
       return true
     }
-    if !mustPark { return true }
     // Only now, once it will really sleep: an idle worker does not show the last queue it
     // drained. (A waker may already be unparking it; the rename is harmless then.)
     ThreadName.showOwnName()
     let timeout = isExtra ? UInt64(pool.idleRetirement.saturatingNanoseconds) : nil
     while parkWord.atomic.pointee.load(ordering: .acquiring) == 1 {
       parkWord.wait(whileEqualTo: 1, timeoutNanoseconds: timeout)
-      if isExtra && parkWord.atomic.pointee.load(ordering: .acquiring) == 1 {
-        // Timed out (or spurious): retire if still idle. The freed slot goes to overcommit
-        // jobs waiting for one (rule 5 of `Overcommit.swift`).
-        let retired = pool.state.withLock { state -> WorkerPool.OvercommitCall? in
-          guard let index = state.idle.firstIndex(where: { $0 === self }) else { return nil }
-          state.idle.remove(at: index)
-          state.threads -= 1
-          return pool.callOvercommitWorker(&state)
-        }
-        if let retired {
-          pool.perform(retired)
-          return false
-        }
+      if isExtra && parkWord.atomic.pointee.load(ordering: .acquiring) == 1
+        && pool.withdrawIdle(self)
+      {
+        // Timed out, still idle and now out of the set: nobody can wake it any more.
+        pool.retire(self)
+        return false
       }
     }
+    // Woken (or a stale wake from an earlier round): make sure it is out of the set.
+    _ = pool.withdrawIdle(self)
     return true
   }
 
-  /// Wakes the worker. Called by a submitter that removed it from the idle stack under the
-  /// pool lock.
+  /// Wakes the worker. Called by a waker that removed it from the idle set.
   func unpark() {
     // Releasing; pairs with the acquiring load in `park()`.
     parkWord.atomic.pointee.store(0, ordering: .releasing)
     parkWord.wake(1)
+  }
+}
+
+/// A plain worker's global-queue figures, per lane: written by the worker alone (a load and
+/// a store, no read-modify-write), read by `WorkerPool.plainLaneFigures` (relaxed: figures).
+final class WorkerFigures: @unchecked Sendable {
+  // @unchecked Sendable: `words` is allocated in init and freed in deinit; every entry is
+  // atomic.
+  private static let lanes = Priority.allCases.count
+  /// Per lane: submitted to the local queue, started, completed, maximum wait, recent wait.
+  private let words: UnsafeMutablePointer<Atomic<UInt64>>
+
+  init() {
+    words = .allocate(capacity: 5 * Self.lanes)
+    for index in 0..<5 * Self.lanes { (words + index).initialize(to: Atomic(0)) }
+  }
+
+  deinit {
+    words.deinitialize(count: 5 * Self.lanes)
+    words.deallocate()
+  }
+
+  @inline(__always)
+  private func bump(_ index: Int) {
+    words[index].store(words[index].load(ordering: .relaxed) &+ 1, ordering: .relaxed)
+  }
+
+  /// A job the owner put in its local queue or slot (owner only).
+  @inline(__always)
+  func countLocalSubmission(lane: Int) { bump(lane) }
+
+  /// The owner starts a job submitted at `enqueuedAt` (owner only).
+  @inline(__always)
+  func recordStart(lane: Int, enqueuedAt: UInt64) {
+    bump(Self.lanes + lane)
+    let wait = Ticks.elapsed(from: enqueuedAt, to: Ticks.now())
+    let maximum = words[3 * Self.lanes + lane].load(ordering: .relaxed)
+    if wait > maximum { words[3 * Self.lanes + lane].store(wait, ordering: .relaxed) }
+    let recent = words[4 * Self.lanes + lane].load(ordering: .relaxed)
+    words[4 * Self.lanes + lane].store(recent - recent / 8 + wait / 8, ordering: .relaxed)
+  }
+
+  /// The owner finished a job (owner only).
+  @inline(__always)
+  func recordCompletion(lane: Int) { bump(2 * Self.lanes + lane) }
+
+  /// Adds this worker's figures for `lane` to `stats` (any thread).
+  func add(lane: Int, to stats: inout LaneStats) {
+    stats.submitted &+= words[lane].load(ordering: .relaxed)
+    stats.completed &+= words[2 * Self.lanes + lane].load(ordering: .relaxed)
+    stats.maxWaitTicks = Swift.max(
+      stats.maxWaitTicks, words[3 * Self.lanes + lane].load(ordering: .relaxed))
+    stats.recentWaitTicks = Swift.max(
+      stats.recentWaitTicks, words[4 * Self.lanes + lane].load(ordering: .relaxed))
   }
 }

@@ -1,3 +1,5 @@
+import Synchronization
+
 /// The run-next slot: work a job makes runnable runs on the same worker, with no wake-up.
 ///
 /// On these machines waking a sleeping thread costs 10–40 µs, far more than the work a
@@ -6,108 +8,128 @@
 /// work most often needs the same data and nothing else is waiting for it, so the cheapest
 /// thread to run it is the one that made it: this worker, as soon as its current job returns.
 ///
-/// Rules (all decided under the pool's lock; the slot's fields are the worker's, see
-/// `Worker.swift`):
+/// Rules (the slot is `Worker.runNext`, a node pointer; only its owner fills it, and it is
+/// emptied by an exchange, so the owner and a rescuer never both take it):
 /// 1. `submit(_:priority:runNext: true)` from a worker fills its empty slot and wakes nobody.
-///    A second job while the slot is full goes to its lane like any other (and may wake a
-///    worker), so a job that fans out still spreads over the pool.
-/// 2. Fairness: the owner takes its slot before the lanes, except that a lane of higher
-///    priority than the slot's job goes first (strict priority holds), and after
-///    `runNextStreakLimit` slot jobs in a row the lanes' oldest job goes first when any waits
-///    (FIFO fairness holds: a ping-pong of two queues cannot starve the lanes).
+///    A second job while the slot is full goes to the worker's local queue like any other
+///    (and may wake a worker), so a job that fans out still spreads over the pool.
+/// 2. Fairness: the owner takes its slot before its queues, except that a job of higher
+///    priority waiting in its local queue or in an injection queue goes first (strict
+///    priority holds), and after `runNextStreakLimit` slot jobs in a row any job waiting
+///    there goes first (a ping-pong of two queues cannot starve the others).
 ///    A queue that yields after its drain budget re-enqueues with `runNext: false`, so the
 ///    128-item bound still lets other queues in.
-/// 3. The slot is not counted in `pendingJobs`, so spinning workers leave it alone (stealing
-///    it would move the work to another core for nothing).
-/// 4. No stranding: the owner flushes its slot to the lane before it sleeps in any of
-///    LoopDispatch's blocking waits (`FutexWord.wait` calls `flushBeforeBlocking`), and the
-///    supervisor, at each tick, moves a slot it already saw filled at the previous tick to
-///    its lane and wakes a parked worker for it: a job stuck behind an owner that blocks in
-///    the kernel or runs long waits one to two ticks (5–10 ms), not until the owner returns.
+/// 3. The slot is not stealable and not counted as queued work, so spinning workers leave it
+///    alone (stealing it would move the work to another core for nothing).
+/// 4. No stranding: the owner moves its slot job to its local queue before it sleeps in any
+///    of LoopDispatch's blocking waits (`FutexWord.wait` calls `flushBeforeBlocking`), and
+///    wakes a worker to steal it and the rest of its queue; the supervisor, at each tick,
+///    moves a slot it already saw filled at the previous tick to its lane's injection queue
+///    and wakes a worker: a job stuck behind an owner that blocks in the kernel or runs long
+///    waits one to two ticks (5–10 ms), not until the owner returns.
 extension WorkerPool {
-  /// Slot jobs a worker runs in a row before the lanes' oldest job goes first.
+  /// Slot jobs a worker runs in a row before waiting jobs go first.
   static let runNextStreakLimit = 3
 
-  /// Fills `owner`'s slot with `timed` if it may (rule 1 and 2). Pool lock held.
+  /// Fills `owner`'s slot with `node` if it is empty (rule 1). The owner's thread.
   @inline(__always)
-  func fillRunNext(of owner: Worker, with timed: TimedJob, priority: Priority) -> Bool {
-    guard owner.runNext == nil else { return false }
-    owner.runNext = SlotJob(timed: timed, priority: priority)
-    owner.runNextSeen = false
-    owner.hasRunNext.store(true, ordering: .relaxed)
-    // Sequentially consistent: pairs with the supervisor's sleep check (`hasWaitingWork`).
+  func fillRunNext(of owner: Worker, with node: JobNodePointer) -> Bool {
+    guard owner.runNext.load(ordering: .relaxed) == 0 else { return false }
+    // Sequentially consistent: with `slottedJobs` below, pairs with the supervisor's sleep
+    // check (`hasWaitingWork`); releasing, so a rescuer that exchanges it out sees the job.
+    owner.runNext.store(node.nodeBits, ordering: .sequentiallyConsistent)
     slottedJobs.wrappingAdd(1, ordering: .sequentiallyConsistent)
+    owner.figures.countLocalSubmission(lane: node.pointee.lane)
     return true
   }
 
-  /// Empties `owner`'s slot and returns its job if it may run before the lanes (rule 2).
-  /// Pool lock held; called by the owner only.
+  /// Empties `owner`'s slot and returns its job if it may run before the queues (rule 2).
+  /// The owner's thread.
   @inline(__always)
-  func takeRunNext(of owner: Worker, state: inout State) -> SlotJob? {
-    guard let slot = owner.runNext else { return nil }
-    for lane in 0..<slot.priority.rawValue where !state.lanes[lane].isEmpty { return nil }
-    // After the streak limit, the lanes' oldest job goes first — if one waits there (jobs in
-    // batches do not count: the owner's own batch must not stall its slot).
-    if owner.runNextStreak >= Self.runNextStreakLimit
-      && state.lanes.contains(where: { !$0.isEmpty })
-    {
+  func takeRunNext(of owner: Worker) -> JobNodePointer? {
+    let bits = owner.runNext.load(ordering: .acquiring)
+    guard bits != 0 else { return nil }
+    let lane = JobNodePointer(nodeBits: bits).pointee.lane
+    for higher in 0..<lane
+    where !owner.local[higher].isEmpty || injection[higher].count > 0 {
       return nil
     }
-    clearRunNext(of: owner)
-    owner.runNextStreak += 1
-    return slot
-  }
-
-  /// Empties `owner`'s slot. Pool lock held.
-  @inline(__always)
-  private func clearRunNext(of owner: Worker) {
-    owner.runNext = nil
-    owner.hasRunNext.store(false, ordering: .relaxed)
-    slottedJobs.wrappingSubtract(1, ordering: .relaxed)
-  }
-
-  /// Moves `owner`'s slot job to the back of its lane. Pool lock held.
-  private func moveRunNextToLane(of owner: Worker, state: inout State) {
-    guard let slot = owner.runNext else { return }
-    clearRunNext(of: owner)
-    appendToLane(slot.priority.rawValue, slot.timed, &state)
-    pendingJobs.wrappingAdd(1, ordering: .sequentiallyConsistent)
-  }
-
-  /// The calling worker is about to sleep in a blocking wait: its slot job goes to its lane,
-  /// and its batch back to the front of its lane (and a parked worker is woken for them),
-  /// since the owner cannot run them now — one may be the very job the wait is for (rule 4).
-  /// Cheap (one thread-local read) off the pool or with an empty slot and batch. Any thread.
-  static func flushBeforeBlocking() {
-    guard let worker = Worker.current,
-      worker.hasRunNext.load(ordering: .relaxed) || worker.batchCount.load(ordering: .relaxed) > 0
-    else { return }
-    let pool = worker.pool
-    let wake: Wake = pool.state.withLock { state in
-      pool.moveRunNextToLane(of: worker, state: &state)
-      pool.returnBatch(of: worker, &state)
-      return pool.wakeForLaneWork(&state)
+    if owner.runNextStreak >= Self.runNextStreakLimit && hasQueuedWork(for: owner) {
+      return nil
     }
-    pool.perform(wake)
+    // Acquiring: a rescuer may have taken it since the load above.
+    let taken = owner.runNext.exchange(0, ordering: .acquiring)
+    guard taken != 0 else { return nil }
+    slottedJobs.wrappingSubtract(1, ordering: .relaxed)
+    owner.runNextStreak += 1
+    return JobNodePointer(nodeBits: taken)
+  }
+
+  /// Whether a job waits in `owner`'s local queues or in any injection queue (rule 2's
+  /// fairness check; other workers' queues are theirs to run).
+  @inline(__always)
+  private func hasQueuedWork(for owner: Worker) -> Bool {
+    for lane in 0..<injection.count
+    where !owner.local[lane].isEmpty || injection[lane].count > 0 {
+      return true
+    }
+    return false
+  }
+
+  /// Takes `worker`'s slot job out for someone else to run (rule 4), or nil if the slot is
+  /// empty. Any thread.
+  private func evictRunNext(of worker: Worker) -> JobNodePointer? {
+    let taken = worker.runNext.exchange(0, ordering: .acquiring)
+    guard taken != 0 else { return nil }
+    slottedJobs.wrappingSubtract(1, ordering: .relaxed)
+    return JobNodePointer(nodeBits: taken)
+  }
+
+  /// The calling worker is about to sleep in a blocking wait: its slot job goes to its local
+  /// queue (or the injection queue, if that is full), and a worker is woken to steal from
+  /// it, since the owner cannot run them now — one may be the very job the wait is for
+  /// (rule 4). Cheap (one thread-local read) off the pool or with nothing queued. Any thread.
+  static func flushBeforeBlocking() {
+    guard let worker = Worker.current else { return }
+    let pool = worker.pool
+    if let node = pool.evictRunNext(of: worker) {
+      if !worker.local[node.pointee.lane].push(node) {
+        pool.injection[node.pointee.lane].push(node)
+      }
+    } else if !worker.local.contains(where: { !$0.isEmpty }) {
+      return
+    }
+    pool.notifyWork()
   }
 
   /// The supervisor's tick (rule 4): a slot already seen filled at the previous tick goes to
-  /// its lane. Supervisor thread.
+  /// its lane's injection queue, and a worker is woken for it. Supervisor thread.
   func rescueStrandedRunNext(among workers: [Worker]) {
-    state.withLock { state in
-      for worker in workers where worker.runNext != nil {
-        if worker.runNextSeen {
-          moveRunNextToLane(of: worker, state: &state)
-        } else {
-          worker.runNextSeen = true
-        }
+    for worker in workers {
+      let bits = worker.runNext.load(ordering: .relaxed)
+      defer { worker.runNextSeen = bits }
+      // The same node in the slot at two ticks: the owner has not come back for a tick.
+      // (A recycled node that is a new slot job at the same address is rescued a tick
+      // early: harmless.)
+      guard bits != 0, bits == worker.runNextSeen, let node = evictRunNext(of: worker) else {
+        continue
       }
+      injection[node.pointee.lane].push(node)
+      notifyWork()
     }
   }
-}
 
-/// A job in a run-next slot, with the lane it belongs to.
-struct SlotJob {
-  var timed: TimedJob
-  var priority: Priority
+  /// The supervisor's tick: a worker that started no job during a whole tick while its local
+  /// queue holds jobs is stuck in one; a parked worker is woken to steal them (or, if none
+  /// is parked, the growth check that follows sees the queued work). Supervisor thread.
+  func rescueStrandedLocalQueues(among workers: [Worker]) {
+    for worker in workers where !worker.local.isEmpty {
+      let progress = worker.progress.load(ordering: .relaxed)
+      defer { worker.progressSeenBySupervisor = progress }
+      guard progress == worker.progressSeenBySupervisor,
+        worker.local.contains(where: { !$0.isEmpty })
+      else { continue }
+      notifyWork()
+    }
+  }
 }

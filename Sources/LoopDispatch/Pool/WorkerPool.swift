@@ -5,25 +5,37 @@ import Synchronization
 
 /// The worker threads behind the global queues.
 ///
-/// Walk-through:
-/// 1. `submit` appends a job to its priority's lane under `state`'s lock and, when no worker
-///    is searching for work, takes one parked worker off the idle stack to wake after the
-///    lock is released (at most one futex wake per submission, none while a worker spins).
-/// 2. A worker takes the first job of the highest non-empty lane (strict priority), runs it,
-///    and repeats. When the lanes are empty it spins briefly (`searching`), then parks on its
-///    own futex word after putting itself on the idle stack under the lock, so a submission
-///    either sees it idle or is seen by its final check: no lost wake-ups.
-/// 3. The supervisor (`PoolSupervisor.swift`) adds a worker when work waits and every worker
+/// Walk-through (no process-wide lock on any path a job takes):
+/// 1. A submission takes a recycled node (`NodeCache`), fills it, and puts it where it is
+///    cheapest to run: a worker's run-next slot (`runNext`, a job made runnable by the
+///    worker's own job: `WorkerPool+RunNext.swift`), else the calling worker's local queue of
+///    the job's lane (`LocalQueue`), else — from a thread that is not a worker, or when the
+///    local queue is full — the lane's injection queue (`InjectionQueue`). Then
+///    `notifyWork` wakes one parked worker unless one is searching.
+/// 2. A worker takes, for each lane from the highest: its local queue, then the lane's
+///    injection queue (moving up to a share of it into its local queue in one go, so the next
+///    jobs cost no shared write). When both are empty in every lane it steals half of another
+///    worker's local queue, highest lane first (`steal`).
+/// 3. Out of work, a worker spins briefly as the one searcher (`searching`), then parks on
+///    its own futex word after announcing itself in the idle set (`WorkerPool+Parking.swift`).
+/// 4. The supervisor (`PoolSupervisor.swift`) adds a worker when work waits and every worker
 ///    is blocked, up to `maximumThreads`; extra workers retire after `idleRetirement`.
-/// 4. The overcommit global queues have lanes and workers of their own, started at once for
-///    each job no idle one can take, within `totalThreadLimit` (`Overcommit.swift`).
-/// 5. When the system refuses a thread (`pthread_create` fails), the pool carries on with the
+/// 5. The overcommit global queues keep lanes and workers of their own behind `state`'s lock
+///    (`Overcommit.swift`): each of their jobs starts a thread anyway, which costs far more
+///    than the lock.
+/// 6. When the system refuses a thread (`pthread_create` fails), the pool carries on with the
 ///    workers it has: `spawnWorker` gives the reserved slot back, warns once per episode (an
 ///    episode ends at the next successful start), and the supervisor waits
 ///    `PoolSupervisor.retryDelay` before trying again. Only a pool that cannot start a single
 ///    worker traps (`resourceFailure`).
+///
+/// Shared cache lines written per job (the scaling argument, <doc:ThreadingModel>): a
+/// submission from a worker writes only its own local queue's tail; one from elsewhere
+/// writes the lane's injection tail and count; a take from the local queue writes the
+/// owner's own head; a take from an injection queue writes its consumer side once per batch.
 final class WorkerPool: @unchecked Sendable {
-  // @unchecked Sendable: mutable state is in `state` (behind its lock) or atomic.
+  // @unchecked Sendable: mutable state is in `state` (behind its lock), atomic, or in the
+  // fixed tables allocated at init whose entries are atomic.
 
   /// The process-wide pool, started on first use.
   static let shared = WorkerPool()
@@ -38,23 +50,23 @@ final class WorkerPool: @unchecked Sendable {
   /// How long an extra (grown) worker stays parked before it exits (default 5 s;
   /// `LOOPDISPATCH_IDLE_RETIREMENT_MS` overrides).
   let idleRetirement: Duration
-  /// How many empty checks a worker spins through before parking (each ~20 ns here).
+  /// How many empty checks a worker spins through before parking.
   let spinLimit = 1_000
-  /// The fewest checks of a spin (see `Worker.spinForWork`): about 5 µs here.
-  static let spinFloor = 256
+  /// The fewest checks of a spin (see `Worker.spinForWork`): a few microseconds here.
+  static let spinFloor = 128
   /// At most this many workers spin at once; the others park straight away, so idle
   /// spinning never takes more than one core from the threads producing work.
   let maximumSearchers = 1
 
   struct State {
-    var lanes = (0..<Priority.allCases.count).map { _ in RingBuffer<TimedJob>(capacity: 256) }
-    /// The global queues' figures, one per lane (see `LaneStats`).
-    var laneStats = [LaneStats](repeating: LaneStats(), count: Priority.allCases.count)
-    /// Parked workers, most recently parked last (its cache is warmest).
-    var idle: [Worker] = []
     /// Plain workers counted in the pool: alive, or reserved by `spawnWorker` while it starts
     /// one (a refused start gives its slot back).
     var threads = 0
+    /// Every plain worker object ever made, by table index (kept for the process's life:
+    /// a thief or a waker may still hold one, see `workerTable`).
+    var workers: [Worker] = []
+    /// Table indices of retired workers, reused by the next start.
+    var retired: [Int] = []
     /// The overcommit lanes, workers and counts (`Overcommit.swift`).
     var overcommit = OvercommitState()
     var nextWorkerID = 0
@@ -63,26 +75,31 @@ final class WorkerPool: @unchecked Sendable {
     var spawnRefused = false
   }
 
-  /// Protected by: its own lock.
+  /// Protected by: its own lock. Thread starts and retirements, and the overcommit side;
+  /// never taken by a plain submission or take.
   let state = LockedValue(State(), adaptive: true)
-  /// Atomic. Bit `n` set while lane `n` is not empty (written under the lock; a hint for a
-  /// worker running its batch without the lock, see `WorkerPool+Batch.swift`).
-  let occupiedLanes = Atomic<UInt8>(0)
-  /// Atomic. Jobs in the lanes and in workers' batches (a hint for spinning and for the
-  /// supervisor; the lanes under the lock are the truth).
-  let pendingJobs = Atomic<Int>(0)
-  /// Atomic. Jobs waiting in run-next slots (not in `pendingJobs`: spinning workers leave
-  /// them to their owners; the supervisor watches them).
-  let slottedJobs = Atomic<Int>(0)
+
+  /// One injection queue per lane (index: `Priority.rawValue`).
+  let injection: [InjectionQueue]
+  /// The plain workers by index, as `Unmanaged<Worker>` bits (0: never used). Written under
+  /// `state`'s lock before the index is published in `tableCount`; read by anyone. Entries
+  /// are never cleared: a worker object lives for the process (it is reused by the next
+  /// start at its index after it retires), so a reader never sees a freed worker.
+  let workerTable: UnsafeMutablePointer<Atomic<UInt>>
+  /// Atomic. Indices in use in `workerTable` (a high-water mark).
+  let tableCount = Atomic<Int>(0)
+  /// The idle set: bit `i` of word `i / 64` set while worker `i` is parked or about to park
+  /// (`WorkerPool+Parking.swift`).
+  let idleWords: UnsafeMutablePointer<Atomic<UInt64>>
+  let idleWordCount: Int
   /// Atomic. Workers spinning in search of work.
   let searching = Atomic<Int>(0)
-  /// Atomic. Jobs taken by workers since start (progress, for the supervisor).
-  let jobsStarted = Atomic<UInt64>(0)
+  /// Atomic. Jobs waiting in run-next slots (the supervisor watches them).
+  let slottedJobs = Atomic<Int>(0)
   /// Atomic. Overcommit jobs waiting with no thread coming for them (`Overcommit.swift`,
   /// rule 3; written under the lock, read by the supervisor).
   let overcommitShortfall = Atomic<Int>(0)
-  /// Atomic. Jobs taken by overcommit workers since start (apart from `jobsStarted`, which
-  /// is the supervisor's measure of plain progress).
+  /// Atomic. Jobs taken by overcommit workers since start.
   let overcommitJobsStarted = Atomic<UInt64>(0)
   /// Atomic. Workers created after start because the others were blocked.
   let growthEvents = Atomic<UInt64>(0)
@@ -96,6 +113,12 @@ final class WorkerPool: @unchecked Sendable {
     maximumThreads = Swift.max(maximum, baseThreads)
     totalThreadLimit = Swift.max(255, maximumThreads)
     idleRetirement = .milliseconds(environmentInteger("LOOPDISPATCH_IDLE_RETIREMENT_MS") ?? 5_000)
+    injection = Priority.allCases.map { _ in InjectionQueue() }
+    workerTable = .allocate(capacity: maximumThreads)
+    for index in 0..<maximumThreads { (workerTable + index).initialize(to: Atomic(0)) }
+    idleWordCount = (maximumThreads + 63) / 64
+    idleWords = .allocate(capacity: idleWordCount)
+    for index in 0..<idleWordCount { (idleWords + index).initialize(to: Atomic(0)) }
     var refusal: ThreadSpawnError?
     for _ in 0..<baseThreads {
       if case .refused(let error) = spawnWorker(isExtra: false, warn: false) { refusal = error }
@@ -107,142 +130,178 @@ final class WorkerPool: @unchecked Sendable {
     supervisor.start(pool: self)
   }
 
+  /// The plain worker at table index `index` (< `tableCount`).
+  @inline(__always)
+  func worker(at index: Int) -> Worker {
+    // Safe: entries below `tableCount` were stored before the count was published
+    // (releasing/acquiring) and point to workers kept alive by `state.workers` for ever.
+    let bits = workerTable[index].load(ordering: .acquiring)
+    return Unmanaged<Worker>.fromOpaque(UnsafeRawPointer(bitPattern: bits)!)
+      .takeUnretainedValue()
+  }
+
+  // MARK: Submission
+
   /// Queues `job` at `priority` and makes sure a worker will run it.
   ///
   /// With `runNext`, a job submitted by a pool job goes into the calling worker's run-next
-  /// slot (`WorkerPool+RunNext.swift`) when it may, and wakes nobody: the worker runs it as
-  /// soon as its current job returns. Otherwise the job is appended to its lane, and one
-  /// parked worker is woken unless a worker is searching (spinning) already.
-  /// Thread-safety: any thread.
+  /// slot (`WorkerPool+RunNext.swift`) when it may, and wakes nobody. Otherwise a worker
+  /// puts it in its own local queue, any other thread in the lane's injection queue, and
+  /// one parked worker is woken unless a worker is searching. Thread-safety: any thread.
+  @inline(__always)
   func submit(_ job: PoolJob, priority: Priority, runNext: Bool = false) {
-    let timed = TimedJob(job: job, enqueuedAt: Ticks.now())
-    let owner = runNext ? Worker.current : nil
-    let wake: Wake = state.withLock { state in
-      state.laneStats[priority.rawValue].submitted &+= 1
-      if let owner, fillRunNext(of: owner, with: timed, priority: priority) {
-        return .supervisor
-      }
-      appendToLane(priority.rawValue, timed, &state)
-      return publishLaneJobs(1, &state)
-    }
-    perform(wake)
+    let node = NodeCache.take()
+    // Safe: the node is ours until published below.
+    node.pointee.job = job
+    node.pointee.lane = priority.rawValue
+    node.pointee.enqueuedAt = Ticks.now()
+    enqueue(node, runNext: runNext)
   }
 
-  /// Queues `jobs` at `priority`, in order, under one lock acquisition, and wakes at most
-  /// one parked worker (the chained wake-up of `takeJob` spreads a long batch over the
-  /// others). For the service loop's fired `after` timers (`Time/TimerFireBatch.swift`).
-  /// Thread-safety: any thread.
+  /// Publishes a filled node (see `submit`).
+  @inline(__always)
+  func enqueue(_ node: JobNodePointer, runNext: Bool) {
+    if let worker = Worker.current {
+      if runNext && fillRunNext(of: worker, with: node) {
+        // A slot left by an owner that blocks is rescued by the supervisor: it must watch.
+        supervisor.noteWorkWaiting()
+        return
+      }
+      if worker.local[node.pointee.lane].push(node) {
+        worker.figures.countLocalSubmission(lane: node.pointee.lane)
+        notifyWork()
+        return
+      }
+    }
+    injection[node.pointee.lane].push(node)
+    notifyWork()
+  }
+
+  /// Queues `jobs` at `priority`, in order, with at most one wake-up (the chained wake-up of
+  /// `takeFromInjection` spreads a long batch over the others). For the service loop's fired
+  /// `after` timers (`Time/TimerFireBatch.swift`). Thread-safety: any thread.
   func submitBatch<Jobs: Sequence<PoolJob>>(_ jobs: Jobs, priority: Priority) {
     let now = Ticks.now()
-    let wake: Wake = state.withLock { state in
-      var count = 0
-      for job in jobs {
-        appendToLane(priority.rawValue, TimedJob(job: job, enqueuedAt: now), &state)
-        count += 1
+    var count = 0
+    for job in jobs {
+      let node = NodeCache.take()
+      node.pointee.job = job
+      node.pointee.lane = priority.rawValue
+      node.pointee.enqueuedAt = now
+      injection[priority.rawValue].push(node)
+      count += 1
+    }
+    if count > 0 { notifyWork() }
+  }
+
+  // MARK: Taking
+
+  /// `worker`'s next job: its run-next slot when that may go first, else for each lane from
+  /// the highest its local queue, then the lane's injection queue. Nil when none of these
+  /// holds a job (stealing is `steal`). Worker threads.
+  @inline(__always)
+  func takeJob(for worker: Worker) -> JobNodePointer? {
+    if let slot = takeRunNext(of: worker) { return slot }
+    for lane in 0..<injection.count {
+      if let node = worker.local[lane].pop() {
+        worker.runNextStreak = 0
+        return node
       }
-      guard count > 0 else { return .none }
-      state.laneStats[priority.rawValue].submitted &+= UInt64(count)
-      return publishLaneJobs(count, &state)
-    }
-    perform(wake)
-  }
-
-  /// After `count` jobs were appended to a lane: counts them in `pendingJobs` and decides
-  /// who must wake (`wakeForLaneWork`). Pool lock held.
-  @inline(__always)
-  private func publishLaneJobs(_ count: Int, _ state: inout State) -> Wake {
-    // Sequentially consistent: pairs with a spinner's increment of `searching` followed by
-    // its load of `pendingJobs` (Dekker): either it sees these jobs, or we see it searching.
-    pendingJobs.wrappingAdd(count, ordering: .sequentiallyConsistent)
-    return wakeForLaneWork(&state)
-  }
-
-  /// Who must wake for a job just put in a lane: nobody if a worker is searching (it will
-  /// find it), else one parked worker, else the supervisor (every worker is busy). Pool lock
-  /// held; `pendingJobs` already counts the job.
-  @inline(__always)
-  func wakeForLaneWork(_ state: inout State) -> Wake {
-    if searching.load(ordering: .sequentiallyConsistent) > 0 { return .supervisor }
-    if let worker = state.idle.popLast() { return .worker(worker) }
-    return .supervisor
-  }
-
-  /// Who a change to the pool's work must wake, decided under the lock and done after it.
-  enum Wake {
-    case none
-    /// A parked worker, already taken off the idle stack.
-    case worker(Worker)
-    /// Nobody now, but the supervisor must be watching (work waits, or a slot is filled).
-    case supervisor
-  }
-
-  @inline(__always)
-  func perform(_ wake: Wake) {
-    switch wake {
-    case .none: break
-    case .worker(let worker): worker.unpark()
-    case .supervisor: supervisor.noteWorkWaiting()
-    }
-  }
-
-  /// The chained wake-up, decided under the lock by a worker that just took a job: if jobs
-  /// still wait in the lanes, nobody is searching and a worker is parked, that worker is
-  /// woken (after the lock), so a burst fans out over the pool one wake at a time instead of
-  /// running on the one worker that happened to be spinning when it arrived.
-  @inline(__always)
-  private func chainedWake(_ state: inout State) -> Wake {
-    guard pendingJobs.load(ordering: .relaxed) > 0,
-      searching.load(ordering: .sequentiallyConsistent) == 0,
-      let worker = state.idle.popLast()
-    else { return .none }
-    return .worker(worker)
-  }
-
-  /// Takes `worker`'s next job: its run-next slot when that may go first (see
-  /// `WorkerPool+RunNext.swift`), else the first job of the highest non-empty lane (and,
-  /// from a long lane, a batch more: `WorkerPool+Batch.swift`); records its wait and the
-  /// worker's uncounted completions. Wakes a parked worker when more jobs wait
-  /// (`chainedWake`). Worker threads.
-  @inline(__always)
-  func takeJob(for worker: Worker) -> (PoolJob, Priority)? {
-    if pendingJobs.load(ordering: .relaxed) == 0 && !worker.hasRunNext.load(ordering: .relaxed) {
-      return nil
-    }
-    // Read outside the lock (a clock read where the cycle counter is not used); the lock
-    // wait is then not counted as queue wait, a bias of one lock hand-off at most.
-    let now = Ticks.now()
-    var batched = false
-    let (taken, wake): ((PoolJob, Priority)?, Wake) = state.withLock { state in
-      countCompletions(of: worker, &state)
-      if let slot = takeRunNext(of: worker, state: &state) {
-        state.laneStats[slot.priority.rawValue].recordStart(
-          enqueuedAt: slot.timed.enqueuedAt, now: now)
-        return ((slot.timed.job, slot.priority), chainedWake(&state))
+      if let node = takeFromInjection(lane, for: worker) {
+        worker.runNextStreak = 0
+        return node
       }
-      for lane in 0..<state.lanes.count {
-        if let timed = popLane(lane, &state) {
-          pendingJobs.wrappingSubtract(1, ordering: .relaxed)
-          worker.runNextStreak = 0
-          state.laneStats[lane].recordStart(enqueuedAt: timed.enqueuedAt, now: now)
-          batched = refillBatch(of: worker, from: lane, &state, now: now)
-          return ((timed.job, Priority(rawValue: lane)!), chainedWake(&state))
-        }
-      }
-      return (nil, .none)
     }
-    perform(wake)
-    // A filled batch needs the supervisor watching (rule 3 of `WorkerPool+Batch.swift`).
-    if batched { supervisor.noteWorkWaiting() }
-    return taken
+    return nil
   }
 
-  /// Wakes one parked worker if there is one (the supervisor's cure for a missed wake-up).
-  /// Returns whether it woke one.
-  func wakeParkedWorker() -> Bool {
-    guard let worker = state.withLock({ $0.idle.popLast() }) else { return false }
-    worker.unpark()
-    return true
+  /// Takes the oldest job of an injection queue and, when more wait, a share of them into
+  /// `worker`'s (empty) local queue of that lane; then, if jobs still wait there or in the
+  /// local queue, wakes another worker (the chained wake-up that spreads a burst).
+  @inline(__always)
+  private func takeFromInjection(_ lane: Int, for worker: Worker) -> JobNodePointer? {
+    let queue = injection[lane]
+    let waiting = queue.count
+    guard waiting > 0 else { return nil }
+    let threads = Swift.max(1, tableCount.load(ordering: .relaxed))
+    let local = worker.local[lane]
+    // One to run plus at most `room` to stage (a stalled thief can hold the ring's room).
+    let share = Swift.min(
+      InjectionQueue.takeLimit, Swift.max(1, waiting / threads), local.room + 1)
+    var staged = 0
+    let first = queue.take(limit: share) { node in
+      local.stage(node, at: staged)
+      staged += 1
+    }
+    if staged > 0 { local.publishStaged(staged) }
+    if first != nil && (staged > 0 || queue.count > 0) { notifyWork() }
+    return first
   }
+
+  /// Steals half of another worker's local queue, highest lane first, starting after the
+  /// thief in table order (so thieves spread over victims). Worker threads.
+  func steal(for thief: Worker) -> JobNodePointer? {
+    let count = tableCount.load(ordering: .acquiring)
+    guard count > 1 else { return nil }
+    for lane in 0..<injection.count {
+      for offset in 1..<count {
+        let victim = worker(at: (thief.index + offset) % count)
+        guard !victim.local[lane].isEmpty,
+          let node = victim.local[lane].steal(into: thief.local[lane])
+        else { continue }
+        // More than one taken, or more left behind: let another worker help.
+        if !thief.local[lane].isEmpty || !victim.local[lane].isEmpty { notifyWork() }
+        return node
+      }
+    }
+    return nil
+  }
+
+  /// Whether any lane's injection queue or any worker's local queue holds a job. Sequentially
+  /// consistent loads: the re-check of the parking Dekker pair (`WorkerPool+Parking.swift`).
+  func hasQueuedWork() -> Bool {
+    for queue in injection where queue.count > 0 { return true }
+    let count = tableCount.load(ordering: .acquiring)
+    for index in 0..<count {
+      let candidate = worker(at: index)
+      for lane in 0..<injection.count where !candidate.local[lane].isEmpty { return true }
+    }
+    return false
+  }
+
+  /// Jobs in the injection and local queues now (a snapshot, for figures and the supervisor).
+  var queuedJobCount: Int {
+    var total = 0
+    for queue in injection { total += Swift.max(0, queue.count) }
+    let count = tableCount.load(ordering: .acquiring)
+    for index in 0..<count {
+      let candidate = worker(at: index)
+      for lane in 0..<injection.count { total += Swift.max(0, candidate.local[lane].count) }
+    }
+    return total
+  }
+
+  /// Jobs started by plain workers since launch (the supervisor's progress figure).
+  var jobsStarted: UInt64 {
+    var total: UInt64 = 0
+    let count = tableCount.load(ordering: .acquiring)
+    for index in 0..<count { total &+= worker(at: index).progress.load(ordering: .relaxed) }
+    return total
+  }
+
+  /// The figures of a plain global queue: submissions counted by the injection queue and by
+  /// each worker, starts and waits by each worker (for `laneFigures`).
+  func plainLaneFigures(_ lane: Int) -> LaneStats {
+    var stats = LaneStats()
+    stats.submitted = injection[lane].pushed.load(ordering: .relaxed)
+    let count = tableCount.load(ordering: .acquiring)
+    for index in 0..<count {
+      worker(at: index).figures.add(lane: lane, to: &stats)
+    }
+    return stats
+  }
+
+  // MARK: Threads
 
   /// What became of a request for one more worker.
   enum SpawnOutcome {
@@ -253,32 +312,47 @@ final class WorkerPool: @unchecked Sendable {
     case refused(ThreadSpawnError)
   }
 
-  /// Starts a worker thread. If the system refuses, gives the reserved slot back and, when
-  /// `warn` is true, writes the episode's one warning line (see `warnRefused`).
+  /// Starts a worker thread, on a retired worker's object when there is one. If the system
+  /// refuses, gives the reserved slot back and, when `warn` is true, writes the episode's one
+  /// warning line (see `warnRefused`).
   /// Called by the pool's initialiser and by the supervisor thread only.
   func spawnWorker(isExtra: Bool, warn: Bool = true) -> SpawnOutcome {
     // Reserve the slot first so that concurrent counts never exceed `maximumThreads`.
-    let id: Int? = state.withLock { state in
+    let reserved: (Worker, Int, Bool)? = state.withLock { state in
       guard state.threads < maximumThreads,
         state.threads + state.overcommit.threads < totalThreadLimit
       else { return nil }
       state.threads += 1
       state.nextWorkerID += 1
-      return state.nextWorkerID
+      if let index = state.retired.popLast() {
+        let worker = state.workers[index]
+        worker.prepareForRestart(id: state.nextWorkerID, isExtra: isExtra)
+        return (worker, index, true)
+      }
+      let index = state.workers.count
+      let worker = Worker(pool: self, id: state.nextWorkerID, index: index, isExtra: isExtra)
+      state.workers.append(worker)
+      workerTable[index].store(
+        UInt(bitPattern: Unmanaged.passUnretained(worker).toOpaque()), ordering: .releasing)
+      // Releasing: publishes the table entry (and the worker's queues) to `worker(at:)`.
+      tableCount.store(index + 1, ordering: .releasing)
+      return (worker, index, false)
     }
-    guard let id else { return .atCapacity }
-    let worker = Worker(pool: self, id: id, isExtra: isExtra)
+    guard let (worker, index, _) = reserved else { return .atCapacity }
     // Known to the supervisor before its thread runs: until it has taken a job it is not
     // `busy`, so `everyWorkerIsBlocked` is false and a worker the kernel has not scheduled
     // yet stops further growth.
     supervisor.register(worker)
     do {
-      try NativeThread.spawnDetached(name: "ld.worker.\(id)") { worker.main() }
+      try NativeThread.spawnDetached(name: "ld.worker.\(worker.id)") { worker.main() }
     } catch {
       supervisor.unregister(worker)
-      // The worker never ran: it is on no list (idle stack, supervisor) and never searched,
-      // so giving back its slot restores the pool exactly.
-      state.withLock { $0.threads -= 1 }
+      // The worker never ran: its queues are empty and it is not in the idle set, so giving
+      // back its slot (and its index, for the next start) restores the pool exactly.
+      state.withLock { state in
+        state.threads -= 1
+        state.retired.append(index)
+      }
       refusedSpawns.wrappingAdd(1, ordering: .relaxed)
       if warn { warnRefused(error) }
       return .refused(error)
@@ -303,10 +377,10 @@ final class WorkerPool: @unchecked Sendable {
         + "continuing with \(remaining) \(noun)\n")
   }
 
-  /// Whether jobs wait in a lane or a run-next slot, or overcommit jobs wait for a thread
-  /// (hints; for the supervisor's sleep).
+  /// Whether jobs wait in a queue or a run-next slot, or overcommit jobs wait for a thread
+  /// (for the supervisor's sleep; sequentially consistent loads, see `PoolSupervisor.run`).
   var hasWaitingWork: Bool {
-    pendingJobs.load(ordering: .sequentiallyConsistent) > 0
+    hasQueuedWork()
       || slottedJobs.load(ordering: .sequentiallyConsistent) > 0
       || overcommitShortfall.load(ordering: .sequentiallyConsistent) > 0
   }
@@ -314,14 +388,29 @@ final class WorkerPool: @unchecked Sendable {
   /// Worker threads alive now, plain and overcommit.
   var threadCount: Int { state.withLock { $0.threads + $0.overcommit.threads } }
   /// Workers parked now, plain and overcommit.
-  var parkedCount: Int { state.withLock { $0.idle.count + $0.overcommit.idle.count } }
+  var parkedCount: Int {
+    var parked = 0
+    for word in 0..<idleWordCount {
+      parked += idleWords[word].load(ordering: .relaxed).nonzeroBitCount
+    }
+    return parked + state.withLock { $0.overcommit.idle.count }
+  }
 }
 
-/// Pool figures for the package's own fault tests (not public API).
+/// Pool figures for the package's own tests (not public API).
 package enum PoolDiagnostics {
   /// Worker starts the system refused since launch. Starts the pool on first use.
   package static var refusedWorkerStarts: UInt64 {
     WorkerPool.shared.refusedSpawns.load(ordering: .relaxed)
+  }
+
+  /// Jobs queued in the plain pool now, not counting run-next slots.
+  package static var queuedJobs: Int { WorkerPool.shared.queuedJobCount }
+
+  /// Job nodes allocated since launch (each is recycled for ever after: a steady state
+  /// allocates none).
+  package static var allocatedJobNodes: Int {
+    NodeCache.allocated.load(ordering: .relaxed)
   }
 }
 
@@ -333,16 +422,13 @@ private func environmentInteger(_ name: String) -> Int? {
   return value
 }
 
-/// A pool job with its submission time (`Ticks`), for the global queues' wait figures.
+/// A pool job with its submission time (`Ticks`): the overcommit lanes' element.
 struct TimedJob {
   var job: PoolJob
   var enqueuedAt: UInt64
 }
 
-/// One global queue's figures, kept under the pool lock (no extra atomic on the hot path):
-/// `submitted` by `submit`, waits by `takeJob`; a worker's completion is recorded the next
-/// time it takes the lock (its next `takeJob` that finds work, or `park`), so it can lag by
-/// the length of one spin.
+/// One global queue's figures.
 struct LaneStats {
   var submitted: UInt64 = 0
   var completed: UInt64 = 0

@@ -1,0 +1,127 @@
+import Synchronization
+
+/// One global queue's lane for jobs submitted from outside the pool (the main thread, a
+/// plain thread, the service loop's timers) or overflowing a worker's local queue: an
+/// unbounded multi-producer queue of `JobNode`s with no lock on either side.
+///
+/// Producers (any thread, wait-free): count the job in `pushed`, swap the tail with the new
+/// node (one exchange), then link the old tail to it. Consumers: one at a time, chosen by a
+/// try-acquire of `consuming`; a worker that finds it held never waits for it (it steals or
+/// spins instead), and its holder moves at most `takeLimit` jobs out before it lets go, so no
+/// thread ever sleeps on this queue.
+///
+/// The list starts with a dummy node: `head` is always a node whose job was taken (or never
+/// set), and the next job is in `head.next`. A consumer that takes that job moves it into
+/// the old head node (which no producer can still write: its one producer already linked it)
+/// and makes `head.next` the new dummy.
+///
+/// Emptiness is judged by the counts, not by comparing pointers (nodes are recycled, so a
+/// pointer seen twice may be two different nodes): `pushed − taken` jobs are in the queue or
+/// being linked. `pushed` is incremented before the node is visible, so the difference
+/// never undercounts: a reader that sees 0 knows every counted job was taken.
+final class InjectionQueue: @unchecked Sendable {
+  // @unchecked Sendable: `tail`, `pushed`, `consuming` and `taken` are atomic; `head` is
+  // only touched by the holder of `consuming` (acquired and released around each use).
+
+  /// Producers' side. Atomic: the newest node.
+  private let tail: Atomic<UInt>
+  /// Atomic. Jobs ever pushed (sequentially consistent: one side of the parking Dekker pair,
+  /// see `WorkerPool+Parking.swift`).
+  let pushed = Atomic<UInt64>(0)
+  /// Keeps the consumers' fields off the producers' cache line.
+  private let padding: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) = (
+    0, 0, 0, 0, 0, 0, 0
+  )
+  /// Atomic. Held (true) by the one consumer taking jobs now.
+  private let consuming = Atomic<Bool>(false)
+  /// Atomic. Jobs ever taken (written only by the holder of `consuming`).
+  let taken = Atomic<UInt64>(0)
+  /// The dummy node. Only touched by the holder of `consuming`.
+  private var head: JobNodePointer
+
+  /// Jobs at most that one consumer takes per acquisition.
+  static let takeLimit = 64
+
+  init() {
+    let dummy = JobNodePointer.allocate(capacity: 1)
+    dummy.initialize(to: JobNode())
+    head = dummy
+    tail = Atomic(dummy.nodeBits)
+  }
+
+  deinit {
+    // The lanes live for the process (the pool is a static singleton); nothing to free.
+  }
+
+  /// Jobs pushed and not yet taken (an upper bound; exact when no push is in progress).
+  @inline(__always)
+  var count: Int {
+    // Taken first: `taken ≤ pushed` at every instant, so reading it first cannot make the
+    // difference negative.
+    let done = taken.load(ordering: .relaxed)
+    return Int(truncatingIfNeeded: pushed.load(ordering: .sequentiallyConsistent) &- done)
+  }
+
+  /// Appends `node` (its job set, owned by the caller until now). Any thread.
+  @inline(__always)
+  func push(_ node: JobNodePointer) {
+    node.pointee.next.store(0, ordering: .relaxed)
+    // Sequentially consistent: the count is what `WorkerPool.park` reads after announcing
+    // itself idle (Dekker); counted before the node can be taken (see the type's comment).
+    pushed.wrappingAdd(1, ordering: .sequentiallyConsistent)
+    // Acquiring and releasing: releases the node's contents to whoever follows the link,
+    // and orders the link below after the swap.
+    let previous = tail.exchange(node.nodeBits, ordering: .acquiringAndReleasing)
+    // Releasing: the consumer's acquiring load of `next` then sees the node's job.
+    JobNodePointer(nodeBits: previous).pointee.next.store(node.nodeBits, ordering: .releasing)
+  }
+
+  /// Takes up to `limit` jobs in order: the first is returned, the others are handed to
+  /// `overflow` (the caller's local queue) in order. Returns nil without waiting if the
+  /// queue is empty or another consumer holds it. Worker threads.
+  @inline(__always)
+  func take(limit: Int, overflow: (JobNodePointer) -> Void) -> JobNodePointer? {
+    guard count > 0 else { return nil }
+    // Acquiring: the previous holder's `head` and `taken` writes are visible.
+    guard consuming.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged
+    else { return nil }
+    var first: JobNodePointer? = nil
+    var moved = 0
+    var done = taken.load(ordering: .relaxed)
+    while moved < limit {
+      guard let carrier = takeOne(&done) else { break }
+      if first == nil { first = carrier } else { overflow(carrier) }
+      moved += 1
+    }
+    taken.store(done, ordering: .relaxed)
+    // Releasing: hands `head` and `taken` to the next holder.
+    consuming.store(false, ordering: .releasing)
+    return first
+  }
+
+  /// Moves the next job into the current dummy node and returns that node; nil if the
+  /// queue is empty. A counted job whose producer has swapped the tail but not yet linked
+  /// it is waited for (a few instructions of the producer's). Holder of `consuming` only.
+  @inline(__always)
+  private func takeOne(_ done: inout UInt64) -> JobNodePointer? {
+    var nextBits = head.pointee.next.load(ordering: .acquiring)
+    if nextBits == 0 {
+      // Nothing linked: empty, unless a producer counted a job it is still linking.
+      if pushed.load(ordering: .sequentiallyConsistent) == done { return nil }
+      repeat {
+        spinLoopHint()
+        nextBits = head.pointee.next.load(ordering: .acquiring)
+      } while nextBits == 0
+    }
+    let next = JobNodePointer(nodeBits: nextBits)
+    let carrier = head
+    // Safe: `carrier` is ours (its producer linked it, nobody else writes it) and `next`'s
+    // job is ours to move (we hold `consuming`); `next` stays in the queue as the dummy.
+    carrier.pointee.job = next.pointee.job.take()
+    carrier.pointee.enqueuedAt = next.pointee.enqueuedAt
+    carrier.pointee.lane = next.pointee.lane
+    head = next
+    done &+= 1
+    return carrier
+  }
+}

@@ -1,0 +1,208 @@
+import CLoopShims
+import Glibc
+import Synchronization
+
+/// One pool job in memory the pool manages itself: the unit that moves through injection
+/// queues, local run queues and run-next slots as a plain pointer.
+///
+/// Nodes are recycled (`NodeCache`), never freed while the process runs: a submission takes
+/// one from the calling thread's cache and the worker that ran the job gives it back to its
+/// own, so the steady state allocates nothing per job.
+///
+/// Ownership: a node belongs to exactly one party at a time — the submitter until it
+/// publishes the node (an exchange on an injection queue's tail, a release store of a local
+/// queue's tail, a slot store), then the queue, then the worker that took it. Only the owner
+/// reads or writes `job` and `enqueuedAt`; `next` is atomic because an injection queue's
+/// consumer reads it while the producer that linked the node may still be writing it.
+struct JobNode: ~Copyable {
+  /// The next node: in an injection queue (written by the producer that appended the
+  /// following node, read by the consumer), or in a free list (owner only, relaxed).
+  let next = Atomic<UInt>(0)
+  /// The job; nil while the node is free or is an injection queue's dummy.
+  var job: PoolJob?
+  /// `Ticks` at submission, for the global queues' wait figures.
+  var enqueuedAt: UInt64 = 0
+  /// The lane (priority raw value) the job was submitted at.
+  var lane: Int = 0
+}
+
+/// A pointer to a pool-managed node.
+typealias JobNodePointer = UnsafeMutablePointer<JobNode>
+
+extension UnsafeMutablePointer where Pointee == JobNode {
+  /// The node at `bits` (a pointer stored as an integer in an atomic word).
+  @inline(__always)
+  init(nodeBits bits: UInt) {
+    // Safe: `bits` came from `nodeBits` of a live node (callers never pass 0).
+    self = UnsafeMutablePointer(bitPattern: bits)!
+  }
+
+  /// This pointer as an integer, for atomic words.
+  @inline(__always)
+  var nodeBits: UInt { UInt(bitPattern: self) }
+
+  /// Moves the job out (leaving nil) and returns it with its lane and submission time.
+  @inline(__always)
+  func takeJob() -> (PoolJob, Int, UInt64) {
+    // Safe: only the owner calls this (see `JobNode`), once per publication.
+    (pointee.job.take()!, pointee.lane, pointee.enqueuedAt)
+  }
+}
+
+/// A C function and its context: a `dispatch_async_f` item, carried without a closure.
+package struct CFunctionCall: @unchecked Sendable {
+  // @unchecked Sendable: the context is the C client's pointer, handed to exactly one call
+  // of `function` on whichever thread runs the item, as libdispatch does; LoopDispatch never
+  // dereferences it.
+  package let function: @convention(c) (UnsafeMutableRawPointer?) -> Void
+  package let context: UnsafeMutableRawPointer?
+
+  package init(
+    function: @escaping @convention(c) (UnsafeMutableRawPointer?) -> Void,
+    context: UnsafeMutableRawPointer?
+  ) {
+    self.function = function
+    self.context = context
+  }
+
+  @inline(__always)
+  package func run() { function(context) }
+}
+
+/// Free nodes: a per-thread cache in front of one shared stack of chains.
+///
+/// Rules:
+/// 1. `take` pops the calling thread's own freed nodes (`spare`), then a chain it borrowed
+///    from the shared stack, then takes the whole shared stack (one exchange), and only when
+///    all are empty allocates. `give` pushes onto `spare`; at `spareLimit` nodes the whole
+///    list moves to the shared stack as one chain (one compare-and-swap per `spareLimit`
+///    frees). A producer that never runs jobs (the main thread submitting to workers) is
+///    fed by the workers' chains: its steady state allocates nothing.
+/// 2. ABA-free: the shared stack is only ever pushed (compare-and-swap of the head) and
+///    emptied whole (exchange with 0); nobody pops a single node from it, so a head that was
+///    removed and pushed again between a load and a compare-and-swap cannot tear the list.
+/// 3. A thread that exits gives its cache to the shared stack (pthread key destructor), so
+///    no node is lost with it. Nodes are never returned to the allocator: their number is
+///    bounded by the most jobs ever queued at once, plus `spareLimit` per thread.
+enum NodeCache {
+  /// Nodes a thread keeps before it hands them to the shared stack.
+  static let spareLimit = 256
+
+  /// Atomic. The shared stack: the first node of a chain of chains, linked by `next`.
+  private static let shared = Atomic<UInt>(0)
+
+  /// The key whose destructor flushes an exiting thread's cache (rule 3).
+  private static let exitKey: pthread_key_t = {
+    var key = pthread_key_t()
+    let status = pthread_key_create(&key) { _ in NodeCache.flushCallingThread() }
+    if status != 0 { resourceFailure("pthread_key_create failed (\(status))") }
+    return key
+  }()
+
+  /// Nodes allocated since launch (for the benchmarks' allocation counts and tests).
+  static let allocated = Atomic<Int>(0)
+
+  /// A free node (its `job` nil), from the calling thread's cache when it has one.
+  @inline(__always)
+  static func take() -> JobNodePointer {
+    let cache = ThreadSlots.nodeCache()
+    // Safe: the cache is the calling thread's own (thread-local), and every pointer in it
+    // is a free node no other thread touches (rule 1).
+    if let raw = cache.pointee.spare_head {
+      let node = raw.assumingMemoryBound(to: JobNode.self)
+      let next = node.pointee.next.load(ordering: .relaxed)
+      cache.pointee.spare_head = UnsafeMutableRawPointer(bitPattern: next)
+      cache.pointee.spare_count -= 1
+      if next == 0 { cache.pointee.spare_tail = nil }
+      return node
+    }
+    return takeSlow(cache)
+  }
+
+  private static func takeSlow(_ cache: UnsafeMutablePointer<cls_node_cache>) -> JobNodePointer {
+    if cache.pointee.borrowed == nil {
+      // Acquiring: pairs with the releasing compare-and-swap in `pushShared`, so the
+      // chain's links are visible.
+      let chain = shared.exchange(0, ordering: .acquiring)
+      if chain != 0 {
+        cache.pointee.borrowed = UnsafeMutableRawPointer(bitPattern: chain)
+        registerExitHook(cache)
+      }
+    }
+    if let raw = cache.pointee.borrowed {
+      let node = raw.assumingMemoryBound(to: JobNode.self)
+      cache.pointee.borrowed = UnsafeMutableRawPointer(
+        bitPattern: node.pointee.next.load(ordering: .relaxed))
+      return node
+    }
+    allocated.wrappingAdd(1, ordering: .relaxed)
+    let node = JobNodePointer.allocate(capacity: 1)
+    node.initialize(to: JobNode())
+    return node
+  }
+
+  /// Gives back a node whose job was taken (`takeJob`).
+  @inline(__always)
+  static func give(_ node: JobNodePointer) {
+    let cache = ThreadSlots.nodeCache()
+    // Safe: the node is the caller's, free, and now goes to the calling thread's own list.
+    let head = cache.pointee.spare_head
+    node.pointee.next.store(UInt(bitPattern: head), ordering: .relaxed)
+    cache.pointee.spare_head = UnsafeMutableRawPointer(node)
+    if head == nil {
+      cache.pointee.spare_tail = UnsafeMutableRawPointer(node)
+      registerExitHook(cache)
+    }
+    cache.pointee.spare_count += 1
+    if cache.pointee.spare_count >= spareLimit { flushSpare(cache) }
+  }
+
+  /// Moves the calling thread's spare list to the shared stack.
+  private static func flushSpare(_ cache: UnsafeMutablePointer<cls_node_cache>) {
+    guard let head = cache.pointee.spare_head, let tail = cache.pointee.spare_tail else { return }
+    pushShared(
+      head: head.assumingMemoryBound(to: JobNode.self),
+      tail: tail.assumingMemoryBound(to: JobNode.self))
+    cache.pointee.spare_head = nil
+    cache.pointee.spare_tail = nil
+    cache.pointee.spare_count = 0
+  }
+
+  /// Pushes the chain `head`...`tail` (linked by `next`, owned by the caller) onto the
+  /// shared stack.
+  private static func pushShared(head: JobNodePointer, tail: JobNodePointer) {
+    var expected = shared.load(ordering: .relaxed)
+    while true {
+      tail.pointee.next.store(expected, ordering: .relaxed)
+      // Releasing: the chain's links are published with the head (see `takeSlow`).
+      let (exchanged, original) = shared.compareExchange(
+        expected: expected, desired: head.nodeBits, ordering: .releasing)
+      if exchanged { return }
+      expected = original
+    }
+  }
+
+  /// Installs the exit hook of the calling thread once (rule 3).
+  @inline(__always)
+  private static func registerExitHook(_ cache: UnsafeMutablePointer<cls_node_cache>) {
+    guard cache.pointee.registered == 0 else { return }
+    cache.pointee.registered = 1
+    // Any non-nil value makes the destructor run at thread exit.
+    pthread_setspecific(exitKey, UnsafeRawPointer(bitPattern: 1))
+  }
+
+  /// Gives the calling thread's whole cache to the shared stack (its exit hook).
+  static func flushCallingThread() {
+    let cache = ThreadSlots.nodeCache()
+    flushSpare(cache)
+    if let raw = cache.pointee.borrowed {
+      var tail = raw.assumingMemoryBound(to: JobNode.self)
+      while tail.pointee.next.load(ordering: .relaxed) != 0 {
+        tail = JobNodePointer(nodeBits: tail.pointee.next.load(ordering: .relaxed))
+      }
+      pushShared(head: raw.assumingMemoryBound(to: JobNode.self), tail: tail)
+      cache.pointee.borrowed = nil
+    }
+    cache.pointee.registered = 0
+  }
+}

@@ -1,0 +1,173 @@
+import Synchronization
+
+/// A worker's own run queue for one lane: a fixed ring of `JobNode` pointers that the owner
+/// pushes and pops without contention and that idle workers steal half of.
+///
+/// The shape is tokio's local queue. `tail` is written by the owner only. `head` packs two
+/// 32-bit positions, STEAL (high) and REAL (low): jobs in [REAL, tail) are queued; a thief
+/// claims [STEAL, REAL') by moving REAL forward while STEAL stays, copies the claimed
+/// pointers out, then sets STEAL = REAL. While STEAL ≠ REAL a steal is in progress and other
+/// thieves back off; the owner keeps popping (it moves only REAL).
+///
+/// Invariants:
+/// 1. Slots in [STEAL, tail) are never overwritten: the owner pushes only while
+///    `tail − STEAL < capacity`, so a thief's claimed slots stay intact until it copied them.
+/// 2. A job is taken by exactly one party: the owner's pop and a thief's claim both move REAL
+///    with a compare-and-swap on `head`.
+/// 3. Slot contents are published by the owner's releasing store of `tail` and read after
+///    an acquiring load of it (thieves) or by the owner itself.
+/// Positions wrap modulo 2^32; the ring's capacity is a power of two far below that.
+final class LocalQueue: @unchecked Sendable {
+  // @unchecked Sendable: every field is atomic, or immutable after init (`slots` pointer).
+
+  static let capacity: UInt32 = 256
+  private static let mask = capacity - 1
+
+  /// Atomic. STEAL << 32 | REAL.
+  private let head = Atomic<UInt64>(0)
+  /// Atomic. One past the newest job; written by the owner only.
+  private let tail = Atomic<UInt32>(0)
+  /// The ring: node pointers as integers. Allocated once, never freed (workers are kept
+  /// for the process's life, see `WorkerPool.workerTable`).
+  private let slots: UnsafeMutablePointer<Atomic<UInt>>
+
+  init() {
+    slots = UnsafeMutablePointer<Atomic<UInt>>.allocate(capacity: Int(Self.capacity))
+    for index in 0..<Int(Self.capacity) { (slots + index).initialize(to: Atomic(0)) }
+  }
+
+  @inline(__always)
+  private static func unpack(_ word: UInt64) -> (steal: UInt32, real: UInt32) {
+    (UInt32(truncatingIfNeeded: word >> 32), UInt32(truncatingIfNeeded: word))
+  }
+
+  @inline(__always)
+  private static func pack(steal: UInt32, real: UInt32) -> UInt64 {
+    UInt64(steal) << 32 | UInt64(real)
+  }
+
+  /// Jobs queued (a snapshot; any thread).
+  @inline(__always)
+  var count: Int {
+    // Sequentially consistent: the parking re-check reads it (see `push`).
+    let (_, real) = Self.unpack(head.load(ordering: .sequentiallyConsistent))
+    return Int(Int32(bitPattern: tail.load(ordering: .sequentiallyConsistent) &- real))
+  }
+
+  @inline(__always)
+  var isEmpty: Bool { count <= 0 }
+
+  /// Appends `node`; false (nothing done) if the ring is full. Owner only.
+  @inline(__always)
+  func push(_ node: JobNodePointer) -> Bool {
+    let end = tail.load(ordering: .relaxed)
+    let (steal, _) = Self.unpack(head.load(ordering: .acquiring))
+    guard end &- steal < Self.capacity else { return false }  // Invariant 1.
+    slots[Int(end & Self.mask)].store(node.nodeBits, ordering: .relaxed)
+    // Sequentially consistent: invariant 3 (it releases), and one side of the parking
+    // Dekker pair (`WorkerPool+Parking.swift`): a worker that announces itself idle then
+    // checks the queues either sees this job, or this submitter's `notifyWork` sees it idle.
+    tail.store(end &+ 1, ordering: .sequentiallyConsistent)
+    return true
+  }
+
+  /// Free slots for the owner now: the ring minus [STEAL, tail), which a thief that claimed
+  /// jobs and has not finished copying them may still be reading (invariant 1). A thief
+  /// stalled mid-steal keeps STEAL back however far the owner pops, so this can be small
+  /// even when the queue is empty. Owner only.
+  @inline(__always)
+  var room: Int {
+    let (steal, _) = Self.unpack(head.load(ordering: .acquiring))
+    return Int(Self.capacity &- (tail.load(ordering: .relaxed) &- steal))
+  }
+
+  /// Writes `node` `offset` places past the tail without publishing it (see
+  /// `publishStaged`). The caller stages at most `room` jobs (invariant 1). Owner only.
+  @inline(__always)
+  func stage(_ node: JobNodePointer, at offset: Int) {
+    let end = tail.load(ordering: .relaxed) &+ UInt32(truncatingIfNeeded: offset)
+    slots[Int(end & Self.mask)].store(node.nodeBits, ordering: .relaxed)
+  }
+
+  /// Publishes `count` staged jobs with one store. Owner only.
+  @inline(__always)
+  func publishStaged(_ count: Int) {
+    let end = tail.load(ordering: .relaxed)
+    // Sequentially consistent (a releasing exchange on x86): invariant 3, and one side of
+    // the parking Dekker pair like every push (`WorkerPool+Parking.swift`).
+    tail.store(end &+ UInt32(truncatingIfNeeded: count), ordering: .sequentiallyConsistent)
+  }
+
+  /// Takes the oldest job. Owner only.
+  @inline(__always)
+  func pop() -> JobNodePointer? {
+    var word = head.load(ordering: .acquiring)
+    let end = tail.load(ordering: .relaxed)
+    while true {
+      let (steal, real) = Self.unpack(word)
+      if real == end { return nil }
+      let nextReal = real &+ 1
+      // With no steal in progress STEAL follows REAL.
+      let desired = Self.pack(steal: steal == real ? nextReal : steal, real: nextReal)
+      let (exchanged, original) = head.compareExchange(
+        expected: word, desired: desired, ordering: .acquiringAndReleasing)
+      if exchanged {
+        // Safe: the slot is ours (invariant 2) and intact (invariant 1).
+        return JobNodePointer(nodeBits: slots[Int(real & Self.mask)].load(ordering: .relaxed))
+      }
+      word = original
+    }
+  }
+
+  /// Steals half the jobs (rounded up) for `thief`: returns the oldest and appends the rest
+  /// to `destination` (the thief's own queue of the same lane, which must be empty). Nil if
+  /// there was nothing to take or another thief is at work. Any worker but the owner.
+  func steal(into destination: LocalQueue) -> JobNodePointer? {
+    // Room in the destination for all but the first job (invariant 1 there: a steal from
+    // the destination may still be copying its older slots).
+    let (destinationSteal, _) = Self.unpack(destination.head.load(ordering: .acquiring))
+    let room = Self.capacity &- (destination.tail.load(ordering: .relaxed) &- destinationSteal)
+    var word = head.load(ordering: .acquiring)
+    var claimed: UInt32 = 0
+    var start: UInt32 = 0
+    while true {
+      let (steal, real) = Self.unpack(word)
+      if steal != real { return nil }  // Another thief is copying.
+      let end = tail.load(ordering: .acquiring)
+      let available = end &- real
+      if available == 0 || available > Self.capacity { return nil }
+      claimed = Swift.min(available - available / 2, room &+ 1)
+      start = real
+      let desired = Self.pack(steal: steal, real: real &+ claimed)
+      let (exchanged, original) = head.compareExchange(
+        expected: word, desired: desired, ordering: .acquiringAndReleasing)
+      if exchanged {
+        word = desired
+        break
+      }
+      word = original
+    }
+    // Copy the claimed slots (intact by invariant 1) into the destination, which only the
+    // calling thief owns.
+    let first = JobNodePointer(nodeBits: slots[Int(start & Self.mask)].load(ordering: .relaxed))
+    if claimed > 1 {
+      let destinationEnd = destination.tail.load(ordering: .relaxed)
+      for offset in 1..<claimed {
+        let bits = slots[Int((start &+ offset) & Self.mask)].load(ordering: .relaxed)
+        destination.slots[Int((destinationEnd &+ offset &- 1) & Self.mask)].store(
+          bits, ordering: .relaxed)
+      }
+      destination.tail.store(destinationEnd &+ claimed &- 1, ordering: .releasing)
+    }
+    // End the steal: STEAL catches up with REAL (which the owner may have moved meanwhile).
+    while true {
+      let (_, real) = Self.unpack(word)
+      let (exchanged, original) = head.compareExchange(
+        expected: word, desired: Self.pack(steal: real, real: real),
+        ordering: .acquiringAndReleasing)
+      if exchanged { break }
+      word = original
+    }
+    return first
+  }
+}
