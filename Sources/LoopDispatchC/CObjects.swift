@@ -74,6 +74,13 @@ public typealias CFinalizer = @convention(c) (UnsafeMutableRawPointer?) -> Void
 /// `dispatch_group_t`.
 final class CGroup: CObjectBase, @unchecked Sendable {
   let group = Group()
+
+  override init() {
+    super.init()
+    // Work in flight keeps this object (and so its C handle's finalizer) alive, as
+    // libdispatch's groups retain themselves while their count is not zero.
+    group.keepAlive(by: self)
+  }
 }
 
 /// `dispatch_semaphore_t`.

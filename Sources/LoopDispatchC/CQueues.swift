@@ -194,8 +194,8 @@ public func cDispatchAsyncF(
   _ queue: UnsafeMutableRawPointer?, _ context: UnsafeMutableRawPointer?,
   _ work: (@convention(c) (UnsafeMutableRawPointer?) -> Void)?
 ) {
-  let call = CWork(function: cWork(work, "dispatch_async_f"), context: context)
-  CHandle.withQueue(queue, "dispatch_async_f") { $0.async { call.run() } }
+  let call = CFunctionCall(function: cWork(work, "dispatch_async_f"), context: context)
+  CHandle.withQueue(queue, "dispatch_async_f") { $0.async(call, barrier: false) }
 }
 
 @_cdecl("dispatch_barrier_async_f")
@@ -203,8 +203,8 @@ public func cDispatchBarrierAsyncF(
   _ queue: UnsafeMutableRawPointer?, _ context: UnsafeMutableRawPointer?,
   _ work: (@convention(c) (UnsafeMutableRawPointer?) -> Void)?
 ) {
-  let call = CWork(function: cWork(work, "dispatch_barrier_async_f"), context: context)
-  CHandle.queue(queue, "dispatch_barrier_async_f").async(flags: .barrier) { call.run() }
+  let call = CFunctionCall(function: cWork(work, "dispatch_barrier_async_f"), context: context)
+  CHandle.withQueue(queue, "dispatch_barrier_async_f") { $0.async(call, barrier: true) }
 }
 
 @_cdecl("dispatch_sync_f")

@@ -36,13 +36,12 @@ public func cLoopdispatchGroupAsyncF(
   _ context: UnsafeMutableRawPointer?,
   _ work: (@convention(c) (UnsafeMutableRawPointer?) -> Void)?, _ barrier: Int32
 ) {
-  let call = CWork(function: cWork(work, "dispatch_group_async_f"), context: context)
-  let flags: Queue.Flags = barrier != 0 ? .barrier : []
+  let call = CFunctionCall(function: cWork(work, "dispatch_group_async_f"), context: context)
   CHandle.withGroup(group, "dispatch_group_async_f") { owner in
     CHandle.withQueue(queue, "dispatch_group_async_f") { target in
-      // The group object stays alive until the work has left it (libdispatch retains it
-      // too): the closure holds it.
-      target.async(group: owner.group, flags: flags) { withExtendedLifetime(owner) { call.run() } }
+      // The group object stays alive until the work has left it: a group with work
+      // outstanding keeps its C object alive (`Group.keepAlive(by:)`, set by `CGroup`).
+      target.async(group: owner.group, call, barrier: barrier != 0)
     }
   }
 }

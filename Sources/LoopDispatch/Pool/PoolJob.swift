@@ -6,6 +6,9 @@ protocol PoolRunnable: AnyObject, Sendable {
 
 /// One unit of pool work: a global queue's own item, a custom concurrent queue's item on its
 /// way through the global queue, or a serial queue to drain.
+///
+/// A job lives in a `JobNode` and is moved, never copied, from submission to run: the
+/// payload's reference counts are touched once when it is made and once when it is dropped.
 enum PoolJob: Sendable {
   /// An item submitted to a global queue itself: the worker shows its own thread name.
   case closure(@Sendable () -> Void)
@@ -14,7 +17,13 @@ enum PoolJob: Sendable {
   case runnable(any PoolRunnable)
   /// An item submitted to a global queue with `async(group:)`: leaves the group when done.
   /// (Carried in the job itself, not in a wrapping closure: one allocation less per item.)
-  case grouped(@Sendable () -> Void, Group)
+  /// The group is not retained per item: it keeps itself alive while its count is not zero
+  /// (`Group.enter`), and this item's count is not released before its `leave`.
+  case grouped(@Sendable () -> Void, GroupReference)
+  /// A C function and its context (`dispatch_async_f`): no closure, no allocation.
+  case function(CFunctionCall)
+  /// `dispatch_group_async_f` onto a global queue.
+  case groupedFunction(CFunctionCall, GroupReference)
 
   @inline(__always)
   func run() {
@@ -28,6 +37,26 @@ enum PoolJob: Sendable {
       ThreadName.showOwnName()
       body()
       group.leave()
+    case .function(let call):
+      ThreadName.showOwnName()
+      call.run()
+    case .groupedFunction(let call, let group):
+      ThreadName.showOwnName()
+      call.run()
+      group.leave()
     }
   }
+}
+
+/// A group an item entered, held without a retain (see `PoolJob.grouped`).
+struct GroupReference: @unchecked Sendable {
+  // @unchecked Sendable: `Group` is Sendable; this only carries it unretained.
+  let group: Unmanaged<Group>
+
+  init(_ group: Group) { self.group = Unmanaged.passUnretained(group) }
+
+  /// Leaves the group. The group may be freed by this very call (its last count), so the
+  /// reference is guaranteed for the call only, with no retain or release around it.
+  @inline(__always)
+  func leave() { group._withUnsafeGuaranteedRef { $0.leave() } }
 }

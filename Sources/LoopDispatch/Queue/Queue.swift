@@ -414,6 +414,7 @@ public final class Queue: @unchecked Sendable {
   func perform(_ work: QueueWork) {
     switch work {
     case .closure(let body, _): body()
+    case .function(let call, _): call.run()
     case .drain(let child): child.drainSerial()
     case .syncWaiter(let waiter, _): waiter.handOff()
     }

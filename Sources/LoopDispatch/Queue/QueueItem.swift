@@ -4,12 +4,15 @@ enum QueueWork: @unchecked Sendable {
   // @unchecked Sendable: every payload is Sendable (a `@Sendable` closure, a `Queue`, a
   // `SyncWaiter`); the enum only bundles them.
   case closure(@Sendable () -> Void, barrier: Bool)
+  /// A C function and its context (`dispatch_async_f`): no closure to allocate.
+  case function(CFunctionCall, barrier: Bool)
   case drain(Queue)
   case syncWaiter(SyncWaiter, barrier: Bool)
 
   var isBarrier: Bool {
     switch self {
-    case .closure(_, let barrier), .syncWaiter(_, let barrier): return barrier
+    case .closure(_, let barrier), .function(_, let barrier), .syncWaiter(_, let barrier):
+      return barrier
     case .drain: return false
     }
   }

@@ -47,15 +47,37 @@ public final class Group: @unchecked Sendable {
     let work: @Sendable () -> Void
   }
 
+  /// The object kept alive while the count is not zero (unretained here): the group
+  /// itself, or the C API's wrapper that owns it (`keepAlive(by:)`). Written once, before
+  /// the group is shared.
+  private nonisolated(unsafe) var lifetimeOwner: Unmanaged<AnyObject>?
+
   /// Creates an empty group.
   public init() {}
 
+  /// Makes `owner` (which holds this group) the object kept alive while work is
+  /// outstanding, instead of the group alone. Call before the group is shared.
+  package func keepAlive(by owner: AnyObject) {
+    lifetimeOwner = Unmanaged.passUnretained(owner)
+  }
+
+  /// The object outstanding work keeps alive.
+  @inline(__always)
+  private var owner: Unmanaged<AnyObject> {
+    lifetimeOwner ?? Unmanaged.passUnretained(self)
+  }
+
   /// Counts one more piece of outstanding work.
+  ///
+  /// While the count is not zero the group keeps itself (or its owner) alive with one
+  /// retain, taken by the `enter` that leaves zero and dropped by the `leave` that returns
+  /// to it — as libdispatch does — so work in flight never needs a reference of its own.
   public func enter() {
     let previous = state.wrappingAdd(1, ordering: .relaxed).oldValue
     if previous & Self.countMask == Self.countMask {
       clientBug("Group.enter() called 4294967295 times without a leave() (count overflow)")
     }
+    if previous & Self.countMask == 0 { _ = owner.retain() }
   }
 
   /// Marks one piece of work done. More `leave`s than `enter`s is a client bug.
@@ -76,7 +98,12 @@ public final class Group: @unchecked Sendable {
       let (exchanged, original) = state.compareExchange(
         expected: current, desired: desired, ordering: .sequentiallyConsistent)
       if exchanged {
-        if count == 1 { generationEnded(UInt32(truncatingIfNeeded: current >> 32)) }
+        if count == 1 {
+          let keptAlive = owner
+          generationEnded(UInt32(truncatingIfNeeded: current >> 32))
+          // Last: this may free the group (see `enter`).
+          keptAlive.release()
+        }
         return
       }
       current = original
@@ -156,16 +183,52 @@ extension Queue {
   ) {
     group.enter()
     if case .root(let priority, let overcommit) = kind {
+      let job = PoolJob.grouped(work, GroupReference(group))
       if overcommit {
-        WorkerPool.shared.submitOvercommit(.grouped(work, group), priority: priority)
+        WorkerPool.shared.submitOvercommit(job, priority: priority)
       } else {
-        WorkerPool.shared.submit(.grouped(work, group), priority: priority)
+        WorkerPool.shared.submit(job, priority: priority)
       }
       return
     }
     async(flags: flags) {
       work()
       group.leave()
+    }
+  }
+}
+
+extension Queue {
+  /// `dispatch_async_f`: submits a C function and its context with no closure.
+  package func async(_ call: CFunctionCall, barrier: Bool) {
+    switch kind {
+    case .root(let priority, let overcommit):
+      if overcommit {
+        WorkerPool.shared.submitOvercommit(.function(call), priority: priority)
+      } else {
+        WorkerPool.shared.submit(.function(call), priority: priority)
+      }
+    case .serial, .main: serialEnqueue(.function(call, barrier: barrier))
+    case .concurrent: async(flags: barrier ? .barrier : []) { call.run() }
+    }
+  }
+
+  /// `dispatch_group_async_f`: as `async(group:flags:execute:)` with a C function.
+  package func async(group: Group, _ call: CFunctionCall, barrier: Bool) {
+    guard case .root(let priority, let overcommit) = kind else {
+      group.enter()
+      async(flags: barrier ? .barrier : []) {
+        call.run()
+        group.leave()
+      }
+      return
+    }
+    group.enter()
+    let job = PoolJob.groupedFunction(call, GroupReference(group))
+    if overcommit {
+      WorkerPool.shared.submitOvercommit(job, priority: priority)
+    } else {
+      WorkerPool.shared.submit(job, priority: priority)
     }
   }
 }
