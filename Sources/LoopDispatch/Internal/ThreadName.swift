@@ -62,9 +62,15 @@ final class ThreadName {
   /// Shows the calling worker's own name again (no effect if it already does).
   @inline(__always)
   static func showOwnName() {
-    guard let state = forCurrentThread, state.shownLabel != nil else { return }
-    state.shownLabel = nil
-    setKernelName(state.ownName)
+    guard let raw = ThreadSlots.nameState() else { return }
+    // Safe: installed by this thread and released only by it (see `installForWorker`);
+    // borrowed for the check, so the common case (already showing its own name) costs no
+    // retain and release.
+    Unmanaged<ThreadName>.fromOpaque(raw)._withUnsafeGuaranteedRef { state in
+      guard state.shownLabel != nil else { return }
+      state.shownLabel = nil
+      setKernelName(state.ownName)
+    }
   }
 
   /// After a nested drain (a child queue's items run inside its parent's drain), shows the

@@ -19,9 +19,10 @@ import Synchronization
 /// pointer seen twice may be two different nodes): `pushed − taken` jobs are in the queue or
 /// being linked. `pushed` is incremented before the node is visible, so the difference
 /// never undercounts: a reader that sees 0 knows every counted job was taken.
-final class InjectionQueue: @unchecked Sendable {
-  // @unchecked Sendable: `tail`, `pushed`, `consuming` and `taken` are atomic; `head` is
-  // only touched by the holder of `consuming` (acquired and released around each use).
+///
+/// A non-copyable value kept in memory the pool allocates once (`WorkerPool.injection`): its
+/// methods borrow it in place, so using it costs no reference counting.
+struct InjectionQueue: ~Copyable {
 
   /// Producers' side. Atomic: the newest node.
   private let tail: Atomic<UInt>
@@ -36,8 +37,9 @@ final class InjectionQueue: @unchecked Sendable {
   private let consuming = Atomic<Bool>(false)
   /// Atomic. Jobs ever taken (written only by the holder of `consuming`).
   let taken = Atomic<UInt64>(0)
-  /// The dummy node. Only touched by the holder of `consuming`.
-  private var head: JobNodePointer
+  /// Atomic (relaxed: only the holder of `consuming` touches it, ordered by that flag's
+  /// acquire and release). The dummy node.
+  private let head: Atomic<UInt>
 
   /// Jobs at most that one consumer takes per acquisition.
   static let takeLimit = 64
@@ -45,12 +47,8 @@ final class InjectionQueue: @unchecked Sendable {
   init() {
     let dummy = JobNodePointer.allocate(capacity: 1)
     dummy.initialize(to: JobNode())
-    head = dummy
+    head = Atomic(dummy.nodeBits)
     tail = Atomic(dummy.nodeBits)
-  }
-
-  deinit {
-    // The lanes live for the process (the pool is a static singleton); nothing to free.
   }
 
   /// Jobs pushed and not yet taken (an upper bound; exact when no push is in progress).
@@ -104,23 +102,24 @@ final class InjectionQueue: @unchecked Sendable {
   /// it is waited for (a few instructions of the producer's). Holder of `consuming` only.
   @inline(__always)
   private func takeOne(_ done: inout UInt64) -> JobNodePointer? {
-    var nextBits = head.pointee.next.load(ordering: .acquiring)
+    let dummy = JobNodePointer(nodeBits: head.load(ordering: .relaxed))
+    var nextBits = dummy.pointee.next.load(ordering: .acquiring)
     if nextBits == 0 {
       // Nothing linked: empty, unless a producer counted a job it is still linking.
       if pushed.load(ordering: .sequentiallyConsistent) == done { return nil }
       repeat {
         spinLoopHint()
-        nextBits = head.pointee.next.load(ordering: .acquiring)
+        nextBits = dummy.pointee.next.load(ordering: .acquiring)
       } while nextBits == 0
     }
     let next = JobNodePointer(nodeBits: nextBits)
-    let carrier = head
+    let carrier = dummy
     // Safe: `carrier` is ours (its producer linked it, nobody else writes it) and `next`'s
     // job is ours to move (we hold `consuming`); `next` stays in the queue as the dummy.
     carrier.pointee.job = next.pointee.job.take()
     carrier.pointee.enqueuedAt = next.pointee.enqueuedAt
     carrier.pointee.lane = next.pointee.lane
-    head = next
+    head.store(next.nodeBits, ordering: .relaxed)
     done &+= 1
     return carrier
   }

@@ -17,8 +17,10 @@ import Synchronization
 /// 3. Slot contents are published by the owner's releasing store of `tail` and read after
 ///    an acquiring load of it (thieves) or by the owner itself.
 /// Positions wrap modulo 2^32; the ring's capacity is a power of two far below that.
-final class LocalQueue: @unchecked Sendable {
-  // @unchecked Sendable: every field is atomic, or immutable after init (`slots` pointer).
+///
+/// A non-copyable value kept in memory the worker allocates once (`Worker.local`): its
+/// methods borrow it in place, so using it costs no reference counting.
+struct LocalQueue: ~Copyable {
 
   static let capacity: UInt32 = 256
   private static let mask = capacity - 1
@@ -122,7 +124,7 @@ final class LocalQueue: @unchecked Sendable {
   /// Steals half the jobs (rounded up) for `thief`: returns the oldest and appends the rest
   /// to `destination` (the thief's own queue of the same lane, which must be empty). Nil if
   /// there was nothing to take or another thief is at work. Any worker but the owner.
-  func steal(into destination: LocalQueue) -> JobNodePointer? {
+  func steal(into destination: borrowing LocalQueue) -> JobNodePointer? {
     // Room in the destination for all but the first job (invariant 1 there: a steal from
     // the destination may still be copying its older slots).
     let (destinationSteal, _) = Self.unpack(destination.head.load(ordering: .acquiring))

@@ -33,8 +33,11 @@ final class Worker: @unchecked Sendable {
   /// Iterations of the next spin (adaptive; see `spinForWork`). Only touched by the worker.
   private var spinBudget = WorkerPool.spinFloor
 
-  /// The worker's local queues, one per lane (plain workers; empty for overcommit ones).
-  let local: [LocalQueue]
+  /// The worker's local queues, one per lane (plain workers; none for overcommit ones).
+  /// Allocated once and never freed: worker objects live for the process.
+  let local: UnsafeMutablePointer<LocalQueue>
+  /// How many `local` holds: the lane count, or 0 on an overcommit worker.
+  let localCount: Int
   /// Its global-queue figures (owner-written; summed by `WorkerPool.plainLaneFigures`).
   let figures = WorkerFigures()
 
@@ -66,7 +69,16 @@ final class Worker: @unchecked Sendable {
     self.id = id
     self.index = index
     self.isExtra = isExtra
-    local = Priority.allCases.map { _ in LocalQueue() }
+    localCount = Priority.allCases.count
+    local = .allocate(capacity: localCount)
+    for lane in 0..<localCount { (local + lane).initialize(to: LocalQueue()) }
+  }
+
+  /// Whether any of its local queues holds a job (any thread; a snapshot).
+  @inline(__always)
+  var hasLocalWork: Bool {
+    for lane in 0..<localCount where !local[lane].isEmpty { return true }
+    return false
   }
 
   /// An overcommit worker (`Overcommit.swift`): no local queues, no table index.
@@ -75,7 +87,8 @@ final class Worker: @unchecked Sendable {
     self.id = id
     self.index = 0
     self.isExtra = true
-    local = []
+    localCount = 0
+    local = .allocate(capacity: 1)  // Never initialised or read: `localCount` is 0.
   }
 
   /// Readies a retired worker object for a new thread. Pool lock held; its old thread has
@@ -96,6 +109,9 @@ final class Worker: @unchecked Sendable {
     defer { ThreadSlots.setWorker(nil) }
     // Registered with the supervisor by `WorkerPool.spawnWorker`, before this thread ran;
     // unregistered by `retire`.
+    // One strong reference for the loop: uses of the unowned(unsafe) property inside it
+    // would each retain and release the pool.
+    let pool = self.pool
     while true {
       if let node = pool.takeJob(for: self) ?? pool.steal(for: self) {
         run(node)
@@ -116,7 +132,9 @@ final class Worker: @unchecked Sendable {
     // Single writer: a plain load and store.
     progress.store(progress.load(ordering: .relaxed) &+ 1, ordering: .relaxed)
     figures.recordStart(lane: lane, enqueuedAt: enqueuedAt)
-    ThreadFrame.with(Queue.global(Priority(rawValue: lane)!), exclusive: false) { job.run() }
+    pool.rootQueues[lane]._withUnsafeGuaranteedRef { root in
+      ThreadFrame.with(root, exclusive: false) { job.run() }
+    }
     figures.recordCompletion(lane: lane)
     busy.store(false, ordering: .relaxed)
   }

@@ -69,7 +69,7 @@ extension WorkerPool {
   /// fairness check; other workers' queues are theirs to run).
   @inline(__always)
   private func hasQueuedWork(for owner: Worker) -> Bool {
-    for lane in 0..<injection.count
+    for lane in 0..<laneCount
     where !owner.local[lane].isEmpty || injection[lane].count > 0 {
       return true
     }
@@ -96,7 +96,7 @@ extension WorkerPool {
       if !worker.local[node.pointee.lane].push(node) {
         pool.injection[node.pointee.lane].push(node)
       }
-    } else if !worker.local.contains(where: { !$0.isEmpty }) {
+    } else if !worker.hasLocalWork {
       return
     }
     pool.notifyWork()
@@ -123,11 +123,11 @@ extension WorkerPool {
   /// queue holds jobs is stuck in one; a parked worker is woken to steal them (or, if none
   /// is parked, the growth check that follows sees the queued work). Supervisor thread.
   func rescueStrandedLocalQueues(among workers: [Worker]) {
-    for worker in workers where !worker.local.isEmpty {
+    for worker in workers where worker.localCount > 0 {
       let progress = worker.progress.load(ordering: .relaxed)
       defer { worker.progressSeenBySupervisor = progress }
       guard progress == worker.progressSeenBySupervisor,
-        worker.local.contains(where: { !$0.isEmpty })
+        worker.hasLocalWork
       else { continue }
       notifyWork()
     }

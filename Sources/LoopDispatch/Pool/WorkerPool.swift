@@ -79,8 +79,13 @@ final class WorkerPool: @unchecked Sendable {
   /// never taken by a plain submission or take.
   let state = LockedValue(State(), adaptive: true)
 
-  /// One injection queue per lane (index: `Priority.rawValue`).
-  let injection: [InjectionQueue]
+  /// One injection queue per lane (index: `Priority.rawValue`); allocated once, never freed.
+  let injection: UnsafeMutablePointer<InjectionQueue>
+  /// The number of lanes.
+  let laneCount = Priority.allCases.count
+  /// The plain global queue of each lane, unretained (they live for the process): the
+  /// frame a worker pushes for a job, reached with no reference counting.
+  let rootQueues: UnsafeMutablePointer<Unmanaged<Queue>>
   /// The plain workers by index, as `Unmanaged<Worker>` bits (0: never used). Written under
   /// `state`'s lock before the index is published in `tableCount`; read by anyone. Entries
   /// are never cleared: a worker object lives for the process (it is reused by the next
@@ -113,7 +118,12 @@ final class WorkerPool: @unchecked Sendable {
     maximumThreads = Swift.max(maximum, baseThreads)
     totalThreadLimit = Swift.max(255, maximumThreads)
     idleRetirement = .milliseconds(environmentInteger("LOOPDISPATCH_IDLE_RETIREMENT_MS") ?? 5_000)
-    injection = Priority.allCases.map { _ in InjectionQueue() }
+    rootQueues = .allocate(capacity: laneCount)
+    for priority in Priority.allCases {
+      (rootQueues + priority.rawValue).initialize(to: .passUnretained(Queue.global(priority)))
+    }
+    injection = .allocate(capacity: laneCount)
+    for lane in 0..<laneCount { (injection + lane).initialize(to: InjectionQueue()) }
     workerTable = .allocate(capacity: maximumThreads)
     for index in 0..<maximumThreads { (workerTable + index).initialize(to: Atomic(0)) }
     idleWordCount = (maximumThreads + 63) / 64
@@ -202,7 +212,7 @@ final class WorkerPool: @unchecked Sendable {
   @inline(__always)
   func takeJob(for worker: Worker) -> JobNodePointer? {
     if let slot = takeRunNext(of: worker) { return slot }
-    for lane in 0..<injection.count {
+    for lane in 0..<laneCount {
       if let node = worker.local[lane].pop() {
         worker.runNextStreak = 0
         return node
@@ -220,21 +230,20 @@ final class WorkerPool: @unchecked Sendable {
   /// local queue, wakes another worker (the chained wake-up that spreads a burst).
   @inline(__always)
   private func takeFromInjection(_ lane: Int, for worker: Worker) -> JobNodePointer? {
-    let queue = injection[lane]
-    let waiting = queue.count
+    let waiting = injection[lane].count
     guard waiting > 0 else { return nil }
     let threads = Swift.max(1, tableCount.load(ordering: .relaxed))
-    let local = worker.local[lane]
+    let local = worker.local + lane
     // One to run plus at most `room` to stage (a stalled thief can hold the ring's room).
     let share = Swift.min(
-      InjectionQueue.takeLimit, Swift.max(1, waiting / threads), local.room + 1)
+      InjectionQueue.takeLimit, Swift.max(1, waiting / threads), local.pointee.room + 1)
     var staged = 0
-    let first = queue.take(limit: share) { node in
-      local.stage(node, at: staged)
+    let first = injection[lane].take(limit: share) { node in
+      local.pointee.stage(node, at: staged)
       staged += 1
     }
-    if staged > 0 { local.publishStaged(staged) }
-    if first != nil && (staged > 0 || queue.count > 0) { notifyWork() }
+    if staged > 0 { local.pointee.publishStaged(staged) }
+    if first != nil && (staged > 0 || injection[lane].count > 0) { notifyWork() }
     return first
   }
 
@@ -243,7 +252,7 @@ final class WorkerPool: @unchecked Sendable {
   func steal(for thief: Worker) -> JobNodePointer? {
     let count = tableCount.load(ordering: .acquiring)
     guard count > 1 else { return nil }
-    for lane in 0..<injection.count {
+    for lane in 0..<laneCount {
       for offset in 1..<count {
         let victim = worker(at: (thief.index + offset) % count)
         guard !victim.local[lane].isEmpty,
@@ -260,11 +269,11 @@ final class WorkerPool: @unchecked Sendable {
   /// Whether any lane's injection queue or any worker's local queue holds a job. Sequentially
   /// consistent loads: the re-check of the parking Dekker pair (`WorkerPool+Parking.swift`).
   func hasQueuedWork() -> Bool {
-    for queue in injection where queue.count > 0 { return true }
+    for lane in 0..<laneCount where injection[lane].count > 0 { return true }
     let count = tableCount.load(ordering: .acquiring)
     for index in 0..<count {
       let candidate = worker(at: index)
-      for lane in 0..<injection.count where !candidate.local[lane].isEmpty { return true }
+      for lane in 0..<laneCount where !candidate.local[lane].isEmpty { return true }
     }
     return false
   }
@@ -272,11 +281,11 @@ final class WorkerPool: @unchecked Sendable {
   /// Jobs in the injection and local queues now (a snapshot, for figures and the supervisor).
   var queuedJobCount: Int {
     var total = 0
-    for queue in injection { total += Swift.max(0, queue.count) }
+    for lane in 0..<laneCount { total += Swift.max(0, injection[lane].count) }
     let count = tableCount.load(ordering: .acquiring)
     for index in 0..<count {
       let candidate = worker(at: index)
-      for lane in 0..<injection.count { total += Swift.max(0, candidate.local[lane].count) }
+      for lane in 0..<laneCount { total += Swift.max(0, candidate.local[lane].count) }
     }
     return total
   }
