@@ -34,6 +34,8 @@ let package = Package(
     ),
     // Header-only wrappers for Linux calls that Glibc does not expose to Swift.
     .systemLibrary(name: "CLoopShims"),
+    // LoopDispatch's thread-local slots: defined once, initial-exec TLS (see its header).
+    .target(name: "CLoopThreadSlots", cSettings: [.unsafeFlags(["-Wall", "-Werror"])]),
     .target(
       name: "MainLoop",
       dependencies: ["CLibevent", "CLoopShims"],
@@ -41,7 +43,7 @@ let package = Package(
     ),
     .target(
       name: "LoopDispatch",
-      dependencies: ["MainLoop", "CLoopShims"],
+      dependencies: ["MainLoop", "CLoopShims", "CLoopThreadSlots"],
       swiftSettings: strict
     ),
     .target(name: "ExampleHTTP", swiftSettings: strict),

@@ -27,6 +27,22 @@ static void run_copied_block(void *context) {
 // Runs a block the caller keeps (the synchronous forms: the block outlives the call).
 static void run_borrowed_block(void *context) { ((dispatch_block_t)context)(); }
 
+// The start of every block (the blocks ABI, clang's and BlocksRuntime's Block_private.h).
+struct block_header {
+  void *isa;
+  int flags;
+  int reserved;
+  void (*invoke)(void *block);
+};
+
+// A borrowed block's own invoke function, to pass with the block as its context: a
+// `void (^)(void)` block's invoke takes exactly the block, so calling it with the block is
+// calling the block (libdispatch's `_dispatch_Block_invoke` does the same). It saves the
+// `run_borrowed_block` call on every dispatch_sync.
+static inline dispatch_function_t borrowed_block_invoke(dispatch_block_t block) {
+  return ((const struct block_header *)(const void *)block)->invoke;
+}
+
 static void run_apply_block(void *context, size_t index) {
   ((void (^)(size_t))context)(index);
 }
@@ -47,7 +63,7 @@ void dispatch_sync(dispatch_queue_t queue, dispatch_block_t block) {
     dispatch_barrier_sync_f(queue, (void *)block, run_borrowed_block);
     return;
   }
-  dispatch_sync_f(queue, (void *)block, run_borrowed_block);
+  dispatch_sync_f(queue, (void *)block, borrowed_block_invoke(block));
 }
 
 void dispatch_async_and_wait(dispatch_queue_t queue, dispatch_block_t block) {

@@ -54,64 +54,11 @@ static inline pid_t cls_gettid(void) { return (pid_t)syscall(SYS_gettid); }
 
 static inline int cls_is_main_thread(void) { return cls_gettid() == getpid(); }
 
-// Thread-local slots. A `static __thread` inside a `static inline` function has internal
-// linkage: every object file that uses the function gets its own copy of the variable, and
-// optimised Swift builds compile one module into several object files. So each slot must be
-// reached from ONE Swift source file only: Sources/LoopDispatch/Internal/ThreadSlots.swift,
-// whose accessors are `@inline(never)`. Calling these functions anywhere else reads a
-// different, never-written copy.
-
-/// The calling thread's LoopDispatch frame pointer (the innermost queue it is draining).
-static inline void **cls_frame_slot_ptr_(void) {
-  static __thread void *slot = 0;
-  return &slot;
-}
-static inline void *cls_frame_get(void) { return *cls_frame_slot_ptr_(); }
-static inline void cls_frame_set(void *frame) { *cls_frame_slot_ptr_() = frame; }
-
-/// The calling pool worker's thread-name state (nil on other threads).
-static inline void **cls_name_slot_ptr_(void) {
-  static __thread void *slot = 0;
-  return &slot;
-}
-static inline void *cls_name_state_get(void) { return *cls_name_slot_ptr_(); }
-static inline void cls_name_state_set(void *state) { *cls_name_slot_ptr_() = state; }
-
-/// The calling thread's pool worker (unretained; nil on threads that are not workers).
-static inline void **cls_worker_slot_ptr_(void) {
-  static __thread void *slot = 0;
-  return &slot;
-}
-static inline void *cls_worker_get(void) { return *cls_worker_slot_ptr_(); }
-static inline void cls_worker_set(void *worker) { *cls_worker_slot_ptr_() = worker; }
-
-/// The calling thread's I/O driver flags (bit 0: a driver thread; bit 1: it holds the poller
-/// role). 0 on every other thread.
-static inline int *cls_driver_slot_ptr_(void) {
-  static __thread int slot = 0;
-  return &slot;
-}
-static inline int cls_driver_get(void) { return *cls_driver_slot_ptr_(); }
-static inline void cls_driver_set(int flags) { *cls_driver_slot_ptr_() = flags; }
-
-/// The calling thread's cache of free pool job nodes (Sources/LoopDispatch/Pool/NodeCache.swift):
-/// `spare_*` is a list of nodes this thread freed, `borrowed` a chain it took from the shared
-/// stack, `registered` whether its exit hook is installed. Zero on a thread that never used it.
-struct cls_node_cache {
-  void *spare_head;
-  void *spare_tail;
-  long spare_count;
-  void *borrowed;
-  long registered;
-};
-static inline struct cls_node_cache *cls_node_cache_ptr(void) {
-  static __thread struct cls_node_cache cache = {0, 0, 0, 0, 0};
-  return &cache;
-}
-
 /// Whether the caller is the process main thread, computed once per thread and then read
 /// from a thread-local cache (no system call on the fast path). Each object file has its own
-/// cache (see above); every copy computes the same answer, so that is harmless here.
+/// cache (a `static __thread` in a `static inline` function has internal linkage); every copy
+/// computes the same answer, so that is harmless here. LoopDispatch's own thread-local slots,
+/// which must be one variable per thread, are in Sources/CLoopThreadSlots.
 static inline int cls_is_main_thread_cached(void) {
   static __thread int cache = 0;  // 0 unknown, 1 main, 2 other
   if (__builtin_expect(cache == 0, 0)) cache = cls_is_main_thread() ? 1 : 2;

@@ -110,14 +110,25 @@ enum CHandle {
     _ raw: UnsafeMutableRawPointer?, as _: Kind.Type, _ kind: StaticString,
     _ call: StaticString, _ body: (Kind) -> Result
   ) -> Result {
-    guard let raw else { clientBug("\(call) called with a NULL \(kind)") }
+    guard let raw else { nullHandle(kind, call) }
     return Unmanaged<AnyObject>.fromOpaque(raw)._withUnsafeGuaranteedRef { object in
       // The classes used here are final: an exact type check is enough, and no cast retains.
-      guard type(of: object) == Kind.self else {
-        clientBug("\(call) called with an object that is not a \(kind)")
-      }
+      guard type(of: object) == Kind.self else { wrongHandle(kind, call) }
       return body(unsafeDowncast(object, to: Kind.self))
     }
+  }
+
+  /// The client-bug crash for a NULL handle; out of line, so that the calls that check their
+  /// handles inline (`withBorrowed`) keep the message building off their fast path.
+  @inline(never)
+  static func nullHandle(_ kind: StaticString, _ call: StaticString) -> Never {
+    clientBug("\(call) called with a NULL \(kind)")
+  }
+
+  /// The client-bug crash for a handle to another kind of object (see `nullHandle`).
+  @inline(never)
+  static func wrongHandle(_ kind: StaticString, _ call: StaticString) -> Never {
+    clientBug("\(call) called with an object that is not a \(kind)")
   }
 
   @inline(__always)

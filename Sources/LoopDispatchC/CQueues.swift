@@ -213,7 +213,8 @@ public func cDispatchSyncF(
   _ work: (@convention(c) (UnsafeMutableRawPointer?) -> Void)?
 ) {
   let function = cWork(work, "dispatch_sync_f")
-  CHandle.withQueue(queue, "dispatch_sync_f") { $0.sync { function(context) } }
+  // One call into LoopDispatch, whose fast path calls the function itself.
+  CHandle.withQueue(queue, "dispatch_sync_f") { $0.syncFunction(context: context, function) }
 }
 
 @_cdecl("dispatch_barrier_sync_f")
@@ -222,7 +223,9 @@ public func cDispatchBarrierSyncF(
   _ work: (@convention(c) (UnsafeMutableRawPointer?) -> Void)?
 ) {
   let function = cWork(work, "dispatch_barrier_sync_f")
-  CHandle.queue(queue, "dispatch_barrier_sync_f").sync(flags: .barrier) { function(context) }
+  CHandle.withQueue(queue, "dispatch_barrier_sync_f") {
+    $0.syncFunction(context: context, barrier: true, function)
+  }
 }
 
 @_cdecl("dispatch_apply_f")
@@ -290,8 +293,14 @@ public func cLoopdispatchMainEventBase() -> OpaquePointer {
 func cWork(
   _ work: (@convention(c) (UnsafeMutableRawPointer?) -> Void)?, _ call: StaticString
 ) -> @convention(c) (UnsafeMutableRawPointer?) -> Void {
-  guard let work else { clientBug("\(call) called with a NULL function") }
+  guard let work else { nullFunction(call) }
   return work
+}
+
+/// The client-bug crash for a NULL function; out of line (see `CHandle.nullHandle`).
+@inline(never)
+func nullFunction(_ call: StaticString) -> Never {
+  clientBug("\(call) called with a NULL function")
 }
 
 @_cdecl("dispatch_assert_queue")

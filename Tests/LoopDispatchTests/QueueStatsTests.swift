@@ -24,6 +24,33 @@ import Testing
     #expect(drained.depth == 0)
   }
 
+  /// A `sync` onto an idle serial queue runs inline and its holder counts it alone (no
+  /// atomic add to the shared submission count): the figures still add up with enqueued
+  /// items, and the `sync` running is in the depth, also through a serial target chain.
+  @Test func inlineSyncsAddUpWithEnqueuedItems() throws {
+    let queue = Queue(label: "stats.serial.inline")
+    for _ in 0..<3 { queue.sync {} }
+    let during = queue.sync { stats(of: queue.label) }  // The 4th, seen from inside.
+    #expect(during?.submitted == 4)
+    #expect(during?.completed == 3)
+    #expect(during?.depth == 1)
+    let ran = Latch()
+    queue.async { ran.open() }
+    #expect(ran.wait())
+    queue.sync {}  // The 6th: inline again once the drain is over, or queued behind it.
+    let mixed = try #require(eventually(label: queue.label) { $0.completed == 6 })
+    #expect(mixed.submitted == 6)
+    #expect(mixed.depth == 0)
+    // Through a serial target (both locked together): counted on the queue synced onto.
+    let inner = Queue(label: "stats.serial.inline.inner", target: queue)
+    let innerDuring = inner.sync { stats(of: inner.label) }
+    #expect(innerDuring?.submitted == 1)
+    #expect(innerDuring?.depth == 1)
+    let innerDone = try #require(eventually(label: inner.label) { $0.completed == 1 })
+    #expect(innerDone.submitted == 1)
+    #expect(try #require(stats(of: queue.label)).submitted == 6)
+  }
+
   @Test func concurrentQueueCountsItemsBarriersAndSyncs() throws {
     let queue = Queue(label: "stats.concurrent.counts", attributes: .concurrent)
     queue.suspend()

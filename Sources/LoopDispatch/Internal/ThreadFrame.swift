@@ -30,7 +30,10 @@ struct ThreadFrame {
     var frame = ThreadFrame(queue: queue, exclusive: exclusive, previous: previous)
     // Safe: the pointer is published only for the duration of `body`, during which `frame`
     // stays alive on this stack; it is unpublished before returning (also on throw).
-    return try withUnsafeMutablePointer(to: &frame) { (pointer) throws(E) -> T in
+    // Unprotected (no stack-protector canary check on every `sync`): the pointer addresses
+    // one `ThreadFrame`, only ever read and written whole through its type, never indexed
+    // or copied into as a buffer, so there is no overflow for a canary to catch.
+    return try _withUnprotectedUnsafeMutablePointer(to: &frame) { (pointer) throws(E) -> T in
       ThreadSlots.setFrame(pointer)
       defer { ThreadSlots.setFrame(previous.map { UnsafeMutableRawPointer($0) }) }
       return try body()

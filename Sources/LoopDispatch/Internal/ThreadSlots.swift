@@ -1,50 +1,43 @@
-import CLoopShims
+import CLoopThreadSlots
 
-/// The only code that touches LoopDispatch's C thread-local slots.
+/// LoopDispatch's C thread-local slots (`Sources/CLoopThreadSlots`).
 ///
-/// Each slot is a `static __thread` variable inside a `static inline` C function, which every
-/// object file that calls the function gets its own copy of; an optimised build compiles
-/// this module into several object files. Keeping every call in this one file, behind
-/// `@inline(never)` accessors that are never inlined into other files, makes each slot one
-/// variable per thread. (Inlined into `Queue+Serial.swift`, a setter would write a copy that
-/// `Queue.current` never reads: exactly what release builds did before this file existed.)
+/// Each slot is one `extern __thread` variable defined once in C with the initial-exec TLS
+/// model, so these accessors may be inlined anywhere: every object file reaches the same
+/// variable, with a `%fs`-relative access and no call to `__tls_get_addr`. (The slots used to
+/// be `static __thread` variables inside `static inline` C functions, one copy per object
+/// file, which forced every access through one file behind `@inline(never)`.)
 ///
 /// Thread-safety: each slot belongs to the calling thread.
 enum ThreadSlots {
   /// The calling thread's innermost `ThreadFrame`, or nil.
-  @inline(never)
-  static func frame() -> UnsafeMutableRawPointer? { cls_frame_get() }
+  @inline(__always)
+  static func frame() -> UnsafeMutableRawPointer? { lds_frame_get() }
 
   /// Sets the calling thread's innermost `ThreadFrame`.
-  @inline(never)
-  static func setFrame(_ frame: UnsafeMutableRawPointer?) { cls_frame_set(frame) }
+  @inline(__always)
+  static func setFrame(_ frame: UnsafeMutableRawPointer?) { lds_frame_set(frame) }
 
   /// The calling worker's retained `ThreadName`, or nil.
-  @inline(never)
-  static func nameState() -> UnsafeMutableRawPointer? { cls_name_state_get() }
+  static func nameState() -> UnsafeMutableRawPointer? { lds_name_state_get() }
 
   /// Sets the calling worker's `ThreadName` (retained by the caller).
-  @inline(never)
-  static func setNameState(_ state: UnsafeMutableRawPointer?) { cls_name_state_set(state) }
+  static func setNameState(_ state: UnsafeMutableRawPointer?) { lds_name_state_set(state) }
 
   /// The calling thread's pool worker (unretained), or nil off the pool.
-  @inline(never)
-  static func worker() -> UnsafeMutableRawPointer? { cls_worker_get() }
+  static func worker() -> UnsafeMutableRawPointer? { lds_worker_get() }
 
   /// Sets the calling thread's pool worker (the worker object outlives its thread's use).
-  @inline(never)
-  static func setWorker(_ worker: UnsafeMutableRawPointer?) { cls_worker_set(worker) }
+  static func setWorker(_ worker: UnsafeMutableRawPointer?) { lds_worker_set(worker) }
 
   /// The calling thread's I/O driver flags (see `DriverThreadMark`).
-  @inline(never)
-  static func driverFlags() -> Int32 { cls_driver_get() }
+  static func driverFlags() -> Int32 { lds_driver_get() }
 
   /// Sets the calling thread's I/O driver flags.
-  @inline(never)
-  static func setDriverFlags(_ flags: Int32) { cls_driver_set(flags) }
+  static func setDriverFlags(_ flags: Int32) { lds_driver_set(flags) }
 
   /// The calling thread's free-node cache (`NodeCache`); valid for the thread's life,
   /// including its pthread key destructors.
-  @inline(never)
-  static func nodeCache() -> UnsafeMutablePointer<cls_node_cache> { cls_node_cache_ptr() }
+  @inline(__always)
+  static func nodeCache() -> UnsafeMutablePointer<lds_node_cache> { lds_node_cache_get() }
 }

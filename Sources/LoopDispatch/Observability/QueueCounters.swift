@@ -7,6 +7,9 @@ import Synchronization
 /// Who writes what:
 /// - `submitted`: every submitter, with a relaxed atomic add (the submission's own CAS or
 ///   lock already touches the queue, so this adds one locked instruction).
+/// - `syncSubmitted` of a serial queue: only the thread holding SYNC_LOCKED (a `sync` that
+///   runs inline), with a plain relaxed load-then-store, so the fast `sync` path costs no
+///   locked instruction for its counts; the queue's figure adds it to `submitted`.
 /// - `completed`, `maxWaitTicks`, `recentWaitTicks` of a serial queue or the main queue: only
 ///   the thread holding the queue (SCHEDULED or SYNC_LOCKED, see `Queue+Serial.swift`), so a
 ///   plain relaxed load-then-store suffices; the next holder acquires the state word the
@@ -17,9 +20,10 @@ import Synchronization
 /// - A global queue's counters (registered by its initialiser) only name it: its figures live
 ///   in the pool under the pool's lock (`LaneStats` in `WorkerPool.swift`).
 ///
-/// Readers (snapshots) load each figure relaxed: each is exact when read, together they are
-/// not a consistent cut. `completed` is read before `submitted`, so `depth` (their
-/// difference) can only overstate, by items submitted while the snapshot was taken.
+/// Readers (snapshots) load each figure relaxed, `completed` acquiring: each is exact when
+/// read, together they are not a consistent cut. `completed` is read before `submitted` (and
+/// a serial queue's holders store it releasing), so `depth` (their difference) can only
+/// overstate, by items submitted while the snapshot was taken.
 final class QueueCounters: Sendable {
   /// The queue's label and kind, copied so that snapshots never touch the queue itself.
   let label: String
@@ -28,7 +32,12 @@ final class QueueCounters: Sendable {
   let rootPriority: Priority?
   /// For a global queue, whether it is an overcommit one (its lane is an overcommit lane).
   let rootOvercommit: Bool
+  /// Items submitted by enqueueing (every kind of queue).
   let submitted = Atomic<UInt64>(0)
+  /// Serial queues: `sync` calls that ran inline on an idle queue (SYNC_LOCKED). Only the
+  /// holder writes it, so the fast `sync` path adds no locked instruction; the queue's
+  /// submission figure is `submitted + syncSubmitted`.
+  let syncSubmitted = Atomic<UInt64>(0)
   let completed = Atomic<UInt64>(0)
   /// Longest submission-to-start wait, in `Ticks`.
   let maxWaitTicks = Atomic<UInt64>(0)
@@ -57,8 +66,12 @@ final class QueueCounters: Sendable {
         completed: lane.completed, maxWaitTicks: lane.maxWaitTicks,
         recentWaitTicks: lane.recentWaitTicks)
     }
-    let completed = completed.load(ordering: .relaxed)
-    let submitted = submitted.load(ordering: .relaxed)
+    // `completed` first, acquiring (its writers store it releasing, after counting the
+    // item's submission, which happens before the item runs): the submissions loaded after
+    // it include every item it counts, so depth can only overstate, never go negative.
+    let completed = completed.load(ordering: .acquiring)
+    let submitted =
+      submitted.load(ordering: .relaxed) &+ syncSubmitted.load(ordering: .relaxed)
     return QueueFigures(
       label: label, kind: kind, queues: 1, submitted: submitted, completed: completed,
       maxWaitTicks: maxWaitTicks.load(ordering: .relaxed),
@@ -114,10 +127,35 @@ extension Queue {
   /// Counts a finished item; the calling thread holds this serial queue exclusively.
   @inline(__always)
   func countCompletionExclusive() {
-    withCounters { counters in
-      counters.completed.store(
-        counters.completed.load(ordering: .relaxed) &+ 1, ordering: .relaxed)
-    }
+    withCounters { countCompletionExclusive($0) }
+  }
+
+  /// Counts a finished item in `counters` (this queue's); the calling thread holds this
+  /// serial queue exclusively.
+  @inline(__always)
+  func countCompletionExclusive(_ counters: QueueCounters) {
+    // A plain load-then-store: only the holder writes `completed`. Releasing: a snapshot
+    // that loads `completed` (acquiring) also sees the submissions counted before this item
+    // ran, so its depth never goes negative (see `figures`).
+    counters.completed.store(
+      counters.completed.load(ordering: .relaxed) &+ 1, ordering: .releasing)
+  }
+
+  /// Runs `body` with this queue's counters, for a thread that holds the queue across its
+  /// item (`body` may run the item: the counters live as long as the queue, and no retain is
+  /// taken). Creates them with the queue's first item.
+  @inline(__always)
+  func withHolderCounters(_ body: (QueueCounters) -> Void) {
+    withCounters(body)
+  }
+
+  /// Counts a `sync` that runs inline on this serial queue, whose SYNC_LOCKED the calling
+  /// thread holds: a plain load-then-store of the holders' own submission count instead of
+  /// an atomic add to the shared one.
+  @inline(__always)
+  func countSubmissionHolding(_ counters: QueueCounters) {
+    counters.syncSubmitted.store(
+      counters.syncSubmitted.load(ordering: .relaxed) &+ 1, ordering: .relaxed)
   }
 
   /// Records an item's start from any thread (concurrent queues).

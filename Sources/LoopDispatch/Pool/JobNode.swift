@@ -1,4 +1,4 @@
-import CLoopShims
+import CLoopThreadSlots
 import Glibc
 import Synchronization
 
@@ -119,7 +119,7 @@ enum NodeCache {
     return takeSlow(cache)
   }
 
-  private static func takeSlow(_ cache: UnsafeMutablePointer<cls_node_cache>) -> JobNodePointer {
+  private static func takeSlow(_ cache: UnsafeMutablePointer<lds_node_cache>) -> JobNodePointer {
     if cache.pointee.borrowed == nil {
       // Acquiring: pairs with the releasing compare-and-swap in `pushShared`, so the
       // chain's links are visible.
@@ -158,7 +158,7 @@ enum NodeCache {
   }
 
   /// Moves the calling thread's spare list to the shared stack.
-  private static func flushSpare(_ cache: UnsafeMutablePointer<cls_node_cache>) {
+  private static func flushSpare(_ cache: UnsafeMutablePointer<lds_node_cache>) {
     guard let head = cache.pointee.spare_head, let tail = cache.pointee.spare_tail else { return }
     pushShared(
       head: head.assumingMemoryBound(to: JobNode.self),
@@ -184,7 +184,7 @@ enum NodeCache {
 
   /// Installs the exit hook of the calling thread once (rule 3).
   @inline(__always)
-  private static func registerExitHook(_ cache: UnsafeMutablePointer<cls_node_cache>) {
+  private static func registerExitHook(_ cache: UnsafeMutablePointer<lds_node_cache>) {
     guard cache.pointee.registered == 0 else { return }
     cache.pointee.registered = 1
     // Any non-nil value makes the destructor run at thread exit.

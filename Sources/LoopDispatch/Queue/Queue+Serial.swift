@@ -236,12 +236,55 @@ extension Queue {
     return false
   }
 
+  /// Takes SYNC_LOCKED on this serial queue if it is idle: nothing queued, nothing holding
+  /// or blocking it. For a queue whose target is a global queue (nothing else to lock); the
+  /// caller releases with `releaseSyncLock`.
+  @inline(__always)
+  func trySyncLock() -> Bool {
+    // Relaxed emptiness checks: a hint only, so that a `sync` does not overtake items that
+    // are queued but whose drain is not scheduled yet (a submitter between its push and its
+    // `wakeUp`). A node pushed after these loads is never stranded: its submitter's `wakeUp`
+    // either schedules first (the CAS below fails) or sees SYNC_LOCKED, and then
+    // `releaseSyncLock` finds the node.
+    guard incoming.load(ordering: .relaxed) == nil, backlogHead.load(ordering: .relaxed) == nil
+    else { return false }
+    // Acquiring: taking the lock must see everything the previous holder (a drainer clearing
+    // SCHEDULED, a `sync` clearing SYNC_LOCKED, both with a sequentially consistent RMW)
+    // did while it held the queue: its counter stores, the backlog it emptied. No stronger
+    // order is needed on the way in: the lock-out of submitters is argued entirely on the
+    // release side (`releaseSyncLock`). (On x86 every CAS is the same `lock cmpxchg`.)
+    return state.compareExchange(
+      expected: 0, desired: SerialState.syncLocked, ordering: .acquiring
+    ).exchanged
+  }
+
   /// Releases this queue's SYNC_LOCKED (taken alone, target is global).
+  ///
+  /// Why nothing submitted meanwhile is stranded (Dekker's pattern, as for SCHEDULED in
+  /// step 3 above): a submitter pushes onto `incoming` (sequentially consistent CAS), then
+  /// `wakeUp` loads the state (sequentially consistent); this thread subtracts SYNC_LOCKED
+  /// (a sequentially consistent RMW), then loads `incoming` and `backlogHead` (sequentially
+  /// consistent). In the single total order of those operations, either the submitter's
+  /// state load comes after the subtract, and it finds the queue free and schedules it, or
+  /// it comes before, and then so does its push, which the loads here see. (`backlogHead`:
+  /// a drainer stopped by `suspend` left items there; a `resume` whose `wakeUp` found this
+  /// lock held relies on the same check.)
+  ///
+  /// One atomic RMW: the subtract (`lock sub` on x86; an exchange cannot be used, since
+  /// `suspend` may add to the word meanwhile). The loads after it are L1 hits behind a
+  /// locked instruction; folding the check into the RMW's old value (a PENDING bit that
+  /// submitters set when they find SYNC_LOCKED) measured no faster on x86, so the simpler
+  /// protocol stays.
   @inline(__always)
   func releaseSyncLock() {
     state.wrappingSubtract(SerialState.syncLocked, ordering: .sequentiallyConsistent)
-    if serialHasPendingItems { wakeUp() }
+    if serialHasPendingItems { wakeUpOutOfLine() }
   }
+
+  /// `wakeUp`, not inlined: for fast paths that rarely need it (their callers stay small
+  /// enough to be inlined themselves).
+  @inline(never)
+  func wakeUpOutOfLine() { wakeUp() }
 
   /// Releases the SYNC_LOCKED bits that `trySyncLockChain` or `tryClaimChainEndingAtMain`
   /// took, starting with this queue and following `syncChainNext` (not `target`, which may

@@ -4,10 +4,10 @@ extension Queue {
   /// Runs `work` on this queue and returns its value (or rethrows its error), on the calling
   /// thread.
   ///
-  /// On an idle serial queue this is one CAS in and one out, with no allocation; on a busy
-  /// queue the caller waits for its turn in submission order. On a concurrent queue a plain
-  /// `sync` runs beside other items, a barrier `sync` runs alone. On a global queue the work
-  /// runs at once.
+  /// On an idle serial queue this is one CAS in and one atomic subtract out, with no
+  /// allocation; on a busy queue the caller waits for its turn in submission order. On a
+  /// concurrent queue a plain `sync` runs beside other items, a barrier `sync` runs alone. On
+  /// a global queue the work runs at once.
   ///
   /// `sync` onto a queue the calling thread is already running (directly, or through the
   /// target chain) would never return: it traps with
@@ -32,22 +32,16 @@ extension Queue {
       ThreadFrame.with(self, exclusive: false, body)
     case .serial:
       if targetIsRoot.load(ordering: .relaxed) {
-        // One CAS in, one atomic subtract out.
-        if incoming.load(ordering: .relaxed) == nil, backlogHead.load(ordering: .relaxed) == nil,
-          state.compareExchange(
-            expected: 0, desired: SerialState.syncLocked, ordering: .sequentiallyConsistent
-          ).exchanged
-        {
-          countSubmission()
-          ThreadFrame.with(self, exclusive: true, body)
-          countCompletionExclusive()
-          releaseSyncLock()
+        if trySyncLock() {
+          runSyncLocked(body)
           return
         }
       } else if trySyncLockChain() {
-        countSubmission()
-        withLockedChainFrames(body)
-        countCompletionExclusive()
+        withHolderCounters { counters in
+          countSubmissionHolding(counters)
+          withLockedChainFrames(body)
+          countCompletionExclusive(counters)
+        }
         unlockSyncChain()
         return
       }
@@ -63,6 +57,38 @@ extension Queue {
       }
       syncSlow(barrier: barrier, body)
     }
+  }
+
+  /// `dispatch_sync_f`: runs `function(context)` on this queue, on the calling thread.
+  ///
+  /// The C entry's engine, so that `dispatch_sync_f` onto an idle serial queue is one call
+  /// from the C module into this one, whose serial fast path calls `function` itself: no
+  /// closure context, no `Result` shell (`sync` needs both for its generic value and error).
+  /// `barrier`: `dispatch_barrier_sync_f` (on a serial queue every item runs alone anyway).
+  package func syncFunction(
+    context: UnsafeMutableRawPointer?, barrier: Bool = false,
+    _ function: @convention(c) (UnsafeMutableRawPointer?) -> Void
+  ) {
+    if kind == .serial && targetIsRoot.load(ordering: .relaxed) && trySyncLock() {
+      runSyncLocked { function(context) }
+    } else {
+      _sync(barrier: barrier) { function(context) }
+    }
+  }
+
+  /// Runs `body` on this serial queue, whose SYNC_LOCKED the caller took alone
+  /// (`trySyncLock`: the target is a global queue), then releases it.
+  ///
+  /// The counters are the holder's (see `QueueCounters`): no locked instruction besides the
+  /// lock's own CAS in and atomic subtract out.
+  @inline(__always)
+  func runSyncLocked(_ body: () -> Void) {
+    withHolderCounters { counters in
+      countSubmissionHolding(counters)
+      ThreadFrame.with(self, exclusive: true, body)
+      countCompletionExclusive(counters)
+    }
+    releaseSyncLock()
   }
 
   /// Runs `body` with frames pushed for this queue and every queue linked after it by
