@@ -7,9 +7,18 @@
  *        so no row sees the worker threads an earlier row left spinning or parking)
  *        bench --list          (the row keys of this build, one a line)
  * Output: one tab-separated line per row on standard output:
- *   <key> <wall ns per op> <CPU ns per op> <description>
+ *   <key> <wall ns per op> <CPU ns per op> <heap allocations per op> <description>
+ * (the description is always the last field, so that readers can take it as such when more
+ * columns are added before it).
  * CPU time is getrusage(RUSAGE_SELF) user + system over the timed section: the whole process,
  * every thread (workers spinning or parking count too).
+ * Heap allocations: this executable defines malloc, calloc, realloc, reallocarray,
+ * posix_memalign, aligned_alloc, memalign, valloc and pvalloc itself (forwarding to glibc's
+ * __libc_* entry points) and counts every call with a relaxed atomic increment; symbol
+ * interposition routes the shared libraries' calls (the dispatch library, the Swift runtime,
+ * BlocksRuntime, glibc itself) through them too. A realloc counts as one allocation; free is
+ * not interposed. main checks at start that both a direct call and one from the dispatch
+ * library (dispatch_group_create) are counted, and exits if not.
  *
  * Each row runs once untimed at a tenth of its size first (warm-up: threads started, caches
  * and allocator warm), then once timed.
@@ -29,11 +38,38 @@
  *              the cost of the block form's entry).
  *   call       1M calls of the same function through a function pointer, no dispatch at all
  *              (the loop's own cost, to subtract from sync_f / sync_block).
+ *   group_main 1M dispatch_group_async_f of an empty function onto the default global queue
+ *              from the main thread, then dispatch_group_wait (group's code, 5 times the size).
+ *   rw_barrier 1M items onto one custom concurrent queue from the main thread: 16
+ *              dispatch_async_f readers per dispatch_barrier_async_f writer; a final barrier
+ *              signals a semaphore. Checked: every reader sees exactly the writes submitted
+ *              before it and none running (an atomic "writer running" flag, looked at when a
+ *              reader starts and ends), every writer sees every earlier reader done (readers
+ *              count themselves: one relaxed atomic add each), and the end sees every reader
+ *              and writer; a violation aborts. ns/item.
+ *   serial_4p  four pthreads, released together (pthread barrier), each submit 250k
+ *              dispatch_async_f onto one serial queue; the item increments a plain counter;
+ *              the main thread joins them and waits with a final dispatch_sync_f that checks
+ *              the count. ns/item.
+ *   producers_8 eight pthreads, released together, each submit 125k dispatch_async_f,
+ *              alternately onto the default global queue and onto its own serial queue (8
+ *              serial queues, created before the start; the serial items also count on a
+ *              plain per-queue counter, checked at the end); the last of the 1M items
+ *              signals a semaphore (shared atomic counter). ns/item.
+ *   after_dense 100k dispatch_after_f onto the default global queue, delays spread evenly
+ *              over 200 ms (i * 200 ms / 100k) and submitted in a shuffled order (fixed-seed
+ *              LCG); each handler records its lateness, CLOCK_MONOTONIC now minus the intended
+ *              deadline (the clock read just before dispatch_time(DISPATCH_TIME_NOW, delay),
+ *              plus delay). Reported: the p99 lateness in ns in the wall column (not ns/op);
+ *              CPU and allocations per timer. BENCH_VERBOSE=1 also prints to standard error
+ *              how long the submitting took, when the last fired, and the min, p50, p99 and
+ *              max lateness.
  */
 #include <dispatch/dispatch.h>
 
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -50,17 +86,116 @@ static void die(const char *what) {
   exit(1);
 }
 
+// ---- Counting heap allocations ------------------------------------------------------------------
+// The executable's definitions interpose glibc's for every object in the process. Alone on its
+// cache line, so that the counter shares it with nothing the rows touch.
+
+extern void *__libc_malloc(size_t size);
+extern void *__libc_calloc(size_t count, size_t size);
+extern void *__libc_realloc(void *pointer, size_t size);
+extern void *__libc_memalign(size_t alignment, size_t size);
+extern void *__libc_valloc(size_t size);
+extern void *__libc_pvalloc(size_t size);
+
+static _Alignas(64) atomic_ulong heap_allocations;
+
+static inline void count_allocation(void) {
+  atomic_fetch_add_explicit(&heap_allocations, 1, memory_order_relaxed);
+}
+
+void *malloc(size_t size) {
+  count_allocation();
+  return __libc_malloc(size);
+}
+
+void *calloc(size_t count, size_t size) {
+  count_allocation();
+  return __libc_calloc(count, size);
+}
+
+void *realloc(void *pointer, size_t size) {
+  count_allocation();
+  return __libc_realloc(pointer, size);
+}
+
+void *reallocarray(void *pointer, size_t count, size_t size) {
+  size_t bytes;
+  if (__builtin_mul_overflow(count, size, &bytes)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  count_allocation();
+  return __libc_realloc(pointer, bytes);
+}
+
+void *memalign(size_t alignment, size_t size) {
+  count_allocation();
+  return __libc_memalign(alignment, size);
+}
+
+void *aligned_alloc(size_t alignment, size_t size) {
+  count_allocation();
+  return __libc_memalign(alignment, size);
+}
+
+int posix_memalign(void **result, size_t alignment, size_t size) {
+  if (alignment % sizeof(void *) != 0 || (alignment & (alignment - 1)) != 0 || alignment == 0) {
+    return EINVAL;
+  }
+  count_allocation();
+  void *pointer = __libc_memalign(alignment, size);
+  if (pointer == NULL) return ENOMEM;
+  *result = pointer;
+  return 0;
+}
+
+void *valloc(size_t size) {
+  count_allocation();
+  return __libc_valloc(size);
+}
+
+void *pvalloc(size_t size) {
+  count_allocation();
+  return __libc_pvalloc(size);
+}
+
+static unsigned long allocations_now(void) {
+  return atomic_load_explicit(&heap_allocations, memory_order_relaxed);
+}
+
+// Exits unless the counting sees both the executable's own allocations and the dispatch
+// library's (a group is a heap object on both sides).
+static void *(*volatile malloc_through_pointer)(size_t) = malloc;
+
+static void check_allocation_counting(void) {
+  unsigned long before = allocations_now();
+  void *pointer = malloc_through_pointer(64);
+  unsigned long direct = allocations_now() - before;
+  free(pointer);
+  before = allocations_now();
+  dispatch_group_t group = dispatch_group_create();
+  unsigned long library = allocations_now() - before;
+  dispatch_release(group);
+  if (direct != 1 || library == 0) {
+    fprintf(stderr, "bench: allocations are not counted (malloc: %lu, dispatch_group_create: %lu)\n",
+            direct, library);
+    exit(1);
+  }
+}
+
 // ---- Measuring ------------------------------------------------------------------------------
 
 struct stamp {
   struct timespec wall;
   struct rusage usage;
+  unsigned long allocations;
 };
 
 static struct stamp stamp_now(void) {
   struct stamp s;
   clock_gettime(CLOCK_MONOTONIC, &s.wall);
   getrusage(RUSAGE_SELF, &s.usage);
+  s.allocations = allocations_now();
   return s;
 }
 
@@ -68,15 +203,16 @@ static double timespec_ns(struct timespec t) { return (double)t.tv_sec * 1e9 + (
 static double timeval_ns(struct timeval t) { return (double)t.tv_sec * 1e9 + (double)t.tv_usec * 1e3; }
 
 struct result {
-  double wall_ns;  // Per operation.
-  double cpu_ns;   // Per operation: user + system, the whole process.
+  double wall_ns;      // Per operation (after_dense: the p99 lateness).
+  double cpu_ns;       // Per operation: user + system, the whole process.
+  double allocations;  // Heap allocations per operation, the whole process.
 };
 
 static struct result result_between(struct stamp a, struct stamp b, long ops) {
   double cpu = timeval_ns(b.usage.ru_utime) - timeval_ns(a.usage.ru_utime) +
                timeval_ns(b.usage.ru_stime) - timeval_ns(a.usage.ru_stime);
-  struct result r = {
-      (timespec_ns(b.wall) - timespec_ns(a.wall)) / (double)ops, cpu / (double)ops};
+  struct result r = {(timespec_ns(b.wall) - timespec_ns(a.wall)) / (double)ops, cpu / (double)ops,
+                     (double)(b.allocations - a.allocations) / (double)ops};
   return r;
 }
 
@@ -277,6 +413,325 @@ static struct result bench_fd(long trips) {
 }
 #endif
 
+// ---- 7: readers and barrier writers on a concurrent queue -------------------------------------
+// Readers between writer k-1 and writer k (in submission order) must see exactly k writes and
+// no writer running; writer k must see exactly k earlier writes and every reader submitted
+// before it done. The context of an item is k.
+
+enum { rw_readers_per_writer = 16 };
+
+static atomic_long rw_writes;         // Written by writers only (load + store, no RMW).
+static atomic_int rw_writer_running;  // 1 while a writer runs.
+static atomic_long rw_readers_done;
+static long rw_expected_readers, rw_expected_writes;
+static dispatch_semaphore_t rw_done;
+
+static void rw_violation(const char *what, long seen, long expected) {
+  fprintf(stderr, "bench: rw_barrier: %s (saw %ld, expected %ld)\n", what, seen, expected);
+  abort();
+}
+
+static void rw_reader(void *context) {
+  long writes = (long)(uintptr_t)context;
+  if (atomic_load_explicit(&rw_writer_running, memory_order_acquire)) {
+    rw_violation("a reader started while a writer ran", 1, 0);
+  }
+  long seen = atomic_load_explicit(&rw_writes, memory_order_relaxed);
+  if (seen != writes) rw_violation("a reader saw the wrong number of writes", seen, writes);
+  if (atomic_load_explicit(&rw_writer_running, memory_order_acquire)) {
+    rw_violation("a writer started while a reader ran", 1, 0);
+  }
+  atomic_fetch_add_explicit(&rw_readers_done, 1, memory_order_relaxed);
+}
+
+static void rw_writer(void *context) {
+  long index = (long)(uintptr_t)context;
+  atomic_store_explicit(&rw_writer_running, 1, memory_order_seq_cst);
+  long readers = atomic_load_explicit(&rw_readers_done, memory_order_relaxed);
+  if (readers != (index + 1) * rw_readers_per_writer) {
+    rw_violation("a writer ran before the readers submitted before it were done", readers,
+                 (index + 1) * rw_readers_per_writer);
+  }
+  long seen = atomic_load_explicit(&rw_writes, memory_order_relaxed);
+  if (seen != index) rw_violation("a writer saw the wrong number of writes", seen, index);
+  atomic_store_explicit(&rw_writes, seen + 1, memory_order_relaxed);
+  atomic_store_explicit(&rw_writer_running, 0, memory_order_release);
+}
+
+static void rw_final(void *context) {
+  (void)context;
+  long readers = atomic_load_explicit(&rw_readers_done, memory_order_relaxed);
+  if (readers != rw_expected_readers) {
+    rw_violation("readers done at the end", readers, rw_expected_readers);
+  }
+  long writes = atomic_load_explicit(&rw_writes, memory_order_relaxed);
+  if (writes != rw_expected_writes) rw_violation("writes at the end", writes, rw_expected_writes);
+  dispatch_semaphore_signal(rw_done);
+}
+
+static struct result bench_rw_barrier(long items) {
+  dispatch_queue_t queue = dispatch_queue_create("rw", DISPATCH_QUEUE_CONCURRENT);
+  rw_done = dispatch_semaphore_create(0);
+  atomic_store(&rw_writes, 0);
+  atomic_store(&rw_writer_running, 0);
+  atomic_store(&rw_readers_done, 0);
+  rw_expected_writes = items / (rw_readers_per_writer + 1);
+  rw_expected_readers = items - rw_expected_writes;
+  long writes = 0;
+  struct stamp start = stamp_now();
+  for (long i = 0; i < items; i++) {
+    if (i % (rw_readers_per_writer + 1) == rw_readers_per_writer) {
+      dispatch_barrier_async_f(queue, (void *)(uintptr_t)writes++, rw_writer);
+    } else {
+      dispatch_async_f(queue, (void *)(uintptr_t)writes, rw_reader);
+    }
+  }
+  dispatch_barrier_async_f(queue, NULL, rw_final);
+  dispatch_semaphore_wait(rw_done, DISPATCH_TIME_FOREVER);
+  struct stamp end = stamp_now();
+  dispatch_release(rw_done);
+  dispatch_release(queue);
+  return result_between(start, end, items);
+}
+
+// ---- 8 and 9: several submitting threads -------------------------------------------------------
+// The submitting pthreads are created first and wait at a barrier with the main thread; the main
+// thread takes the start stamp once they are all there and then releases them together.
+
+enum { producers_max = 8 };
+
+struct producers {
+  int threads;
+  long items_per_thread;
+  pthread_barrier_t barrier;  // The threads and main: twice, "all there" and "go".
+  pthread_t thread[producers_max];
+};
+
+// Creates the threads (body(contexts[t])) and returns once they are all at the barrier.
+static void producers_create(struct producers *p, int threads, long items_per_thread,
+                             void *(*body)(void *), void **contexts) {
+  p->threads = threads;
+  p->items_per_thread = items_per_thread;
+  if (pthread_barrier_init(&p->barrier, NULL, (unsigned)threads + 1) != 0) {
+    die("pthread_barrier_init");
+  }
+  for (int t = 0; t < threads; t++) {
+    if (pthread_create(&p->thread[t], NULL, body, contexts[t]) != 0) die("pthread_create");
+  }
+  pthread_barrier_wait(&p->barrier);  // All there.
+}
+
+// The threads' side of the start: all there, then go.
+static void producers_wait_for_start(struct producers *p) {
+  pthread_barrier_wait(&p->barrier);
+  pthread_barrier_wait(&p->barrier);
+}
+
+static void producers_go(struct producers *p) { pthread_barrier_wait(&p->barrier); }
+
+static void producers_join(struct producers *p) {
+  for (int t = 0; t < p->threads; t++) pthread_join(p->thread[t], NULL);
+  pthread_barrier_destroy(&p->barrier);
+}
+
+// serial_4p: four threads onto one serial queue.
+
+enum { serial_4p_threads = 4 };
+
+static struct producers serial_4p;
+static dispatch_queue_t serial_4p_queue;
+static long serial_4p_count;  // Only touched on serial_4p_queue.
+
+static void serial_4p_item(void *context) {
+  (void)context;
+  serial_4p_count++;
+}
+
+static void read_count(void *context) { *(long *)context = serial_4p_count; }
+
+static void *serial_4p_thread(void *context) {
+  (void)context;
+  producers_wait_for_start(&serial_4p);
+  for (long i = 0; i < serial_4p.items_per_thread; i++) {
+    dispatch_async_f(serial_4p_queue, NULL, serial_4p_item);
+  }
+  return NULL;
+}
+
+static struct result bench_serial_4p(long items) {
+  long per_thread = items / serial_4p_threads, total = per_thread * serial_4p_threads;
+  serial_4p_queue = dispatch_queue_create("bench.serial_4p", DISPATCH_QUEUE_SERIAL);
+  serial_4p_count = 0;
+  void *contexts[serial_4p_threads] = {0};
+  producers_create(&serial_4p, serial_4p_threads, per_thread, serial_4p_thread, contexts);
+  struct stamp start = stamp_now();
+  producers_go(&serial_4p);
+  producers_join(&serial_4p);  // Every item submitted.
+  long count = -1;
+  dispatch_sync_f(serial_4p_queue, &count, read_count);  // After every item (FIFO).
+  struct stamp end = stamp_now();
+  check_count("serial_4p", count, total);
+  dispatch_release(serial_4p_queue);
+  return result_between(start, end, total);
+}
+
+// producers_8: eight threads, each alternately onto the default global queue and its own serial
+// queue.
+
+enum { producers_8_threads = 8 };
+_Static_assert(producers_8_threads <= producers_max && serial_4p_threads <= producers_max,
+               "struct producers holds at most producers_max threads");
+
+struct producer_8 {
+  dispatch_queue_t serial;
+  long serial_count;  // Only touched on `serial`.
+};
+
+static struct producers producers_8;
+static atomic_long producers_8_remaining;
+static dispatch_semaphore_t producers_8_done;
+
+static void producers_8_global_item(void *context) {
+  (void)context;
+  if (atomic_fetch_sub_explicit(&producers_8_remaining, 1, memory_order_acq_rel) == 1) {
+    dispatch_semaphore_signal(producers_8_done);
+  }
+}
+
+static void producers_8_serial_item(void *context) {
+  ((struct producer_8 *)context)->serial_count++;
+  if (atomic_fetch_sub_explicit(&producers_8_remaining, 1, memory_order_acq_rel) == 1) {
+    dispatch_semaphore_signal(producers_8_done);
+  }
+}
+
+static void *producers_8_thread(void *context) {
+  struct producer_8 *producer = context;
+  dispatch_queue_t global = dispatch_get_global_queue(DISPATCH_QUEUE_PRIORITY_DEFAULT, 0);
+  producers_wait_for_start(&producers_8);
+  for (long i = 0; i < producers_8.items_per_thread; i++) {
+    if (i % 2 == 0) {
+      dispatch_async_f(global, NULL, producers_8_global_item);
+    } else {
+      dispatch_async_f(producer->serial, producer, producers_8_serial_item);
+    }
+  }
+  return NULL;
+}
+
+static struct result bench_producers_8(long items) {
+  long per_thread = items / producers_8_threads, total = per_thread * producers_8_threads;
+  struct producer_8 producer[producers_8_threads];
+  void *contexts[producers_8_threads];
+  for (int t = 0; t < producers_8_threads; t++) {
+    producer[t].serial = dispatch_queue_create("bench.producers_8", DISPATCH_QUEUE_SERIAL);
+    producer[t].serial_count = 0;
+    contexts[t] = &producer[t];
+  }
+  producers_8_done = dispatch_semaphore_create(0);
+  atomic_store(&producers_8_remaining, total);
+  producers_create(&producers_8, producers_8_threads, per_thread, producers_8_thread, contexts);
+  struct stamp start = stamp_now();
+  producers_go(&producers_8);
+  dispatch_semaphore_wait(producers_8_done, DISPATCH_TIME_FOREVER);
+  struct stamp end = stamp_now();
+  producers_join(&producers_8);
+  for (int t = 0; t < producers_8_threads; t++) {
+    // The odd-numbered items of the thread (i = 1, 3, ...).
+    check_count("producers_8 (one serial queue)", producer[t].serial_count, per_thread / 2);
+    dispatch_release(producer[t].serial);
+  }
+  dispatch_release(producers_8_done);
+  return result_between(start, end, total);
+}
+
+// ---- 10: dense dispatch_after_f -------------------------------------------------------------
+
+enum { after_spread_ns = 200000000 };  // The delays spread over 200 ms.
+
+struct after_timer {
+  int64_t deadline_ns;  // CLOCK_MONOTONIC.
+  int64_t lateness_ns;
+};
+
+static atomic_long after_remaining;
+static dispatch_semaphore_t after_done;
+
+static int64_t monotonic_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static void after_fired(void *context) {
+  struct after_timer *timer = context;
+  timer->lateness_ns = monotonic_ns() - timer->deadline_ns;
+  if (atomic_fetch_sub_explicit(&after_remaining, 1, memory_order_acq_rel) == 1) {
+    dispatch_semaphore_signal(after_done);
+  }
+}
+
+static int compare_int64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+// Nearest rank: the smallest value with at least `percent`% of the values at or below it.
+static int64_t percentile(const int64_t *sorted, long n, int percent) {
+  long rank = (n * percent + 99) / 100;
+  return sorted[rank < 1 ? 0 : rank - 1];
+}
+
+static struct result bench_after_dense(long timers) {
+  dispatch_queue_t queue = dispatch_get_global_queue(DISPATCH_QUEUE_PRIORITY_DEFAULT, 0);
+  struct after_timer *timer = calloc((size_t)timers, sizeof *timer);
+  long *order = malloc((size_t)timers * sizeof *order);
+  int64_t *lateness = malloc((size_t)timers * sizeof *lateness);
+  if (timer == NULL || order == NULL || lateness == NULL) die("malloc");
+  // Submission order: a Fisher-Yates shuffle driven by a fixed-seed 64-bit LCG (Knuth's MMIX
+  // constants; the high bits, the good ones, pick the index).
+  uint64_t lcg = 22;
+  for (long i = 0; i < timers; i++) order[i] = i;
+  for (long i = timers - 1; i > 0; i--) {
+    lcg = lcg * 6364136223846793005u + 1442695040888963407u;
+    long j = (long)((lcg >> 33) % (uint64_t)(i + 1));
+    long t = order[i];
+    order[i] = order[j];
+    order[j] = t;
+  }
+  after_done = dispatch_semaphore_create(0);
+  atomic_store(&after_remaining, timers);
+  struct stamp start = stamp_now();
+  for (long i = 0; i < timers; i++) {
+    long k = order[i];
+    int64_t delay = (int64_t)k * after_spread_ns / timers;
+    timer[k].deadline_ns = monotonic_ns() + delay;
+    dispatch_after_f(dispatch_time(DISPATCH_TIME_NOW, delay), queue, &timer[k], after_fired);
+  }
+  int64_t submitted = monotonic_ns();
+  dispatch_semaphore_wait(after_done, DISPATCH_TIME_FOREVER);
+  struct stamp end = stamp_now();
+  dispatch_release(after_done);
+  struct result result = result_between(start, end, timers);
+  for (long i = 0; i < timers; i++) lateness[i] = timer[i].lateness_ns;
+  qsort(lateness, (size_t)timers, sizeof *lateness, compare_int64);
+  result.wall_ns = (double)percentile(lateness, timers, 99);
+  const char *verbose = getenv("BENCH_VERBOSE");
+  if (verbose != NULL && strcmp(verbose, "1") == 0) {
+    fprintf(stderr,
+            "bench: after_dense %ld timers: submitted in %.1f ms, all fired after %.1f ms; "
+            "lateness min %lld, p50 %lld, p99 %lld, max %lld ns\n",
+            timers, (double)(submitted - (int64_t)timespec_ns(start.wall)) / 1e6,
+            (timespec_ns(end.wall) - timespec_ns(start.wall)) / 1e6, (long long)lateness[0],
+            (long long)percentile(lateness, timers, 50), (long long)percentile(lateness, timers, 99),
+            (long long)lateness[timers - 1]);
+  }
+  free(timer);
+  free(order);
+  free(lateness);
+  return result;
+}
+
 // ---- Driver ------------------------------------------------------------------------------------
 
 struct row {
@@ -296,6 +751,19 @@ static const struct row rows[] = {
 #endif
     {"sync_block", 1000000, bench_sync_block, "1M dispatch_sync with a block onto a serial queue (ns/call)"},
     {"call", 1000000, bench_call, "1M plain calls through a function pointer, no dispatch (ns/call)"},
+    {"group_main", 1000000, bench_group,
+     "1M dispatch_group_async_f from the main thread + dispatch_group_wait (ns/item)"},
+    {"rw_barrier", 1000000, bench_rw_barrier,
+     "1M onto a concurrent queue, 16 dispatch_async_f readers per dispatch_barrier_async_f "
+     "writer (ns/item)"},
+    {"serial_4p", 1000000, bench_serial_4p,
+     "4 pthreads x 250k dispatch_async_f onto one serial queue (ns/item)"},
+    {"producers_8", 1000000, bench_producers_8,
+     "8 pthreads x 125k dispatch_async_f, half onto the global queue, half onto their own serial "
+     "queue (ns/item)"},
+    {"after_dense", 100000, bench_after_dense,
+     "100k dispatch_after_f over 200 ms, shuffled: p99 lateness in ns (wall column), CPU and "
+     "allocs per timer"},
 };
 enum { row_count = sizeof rows / sizeof rows[0] };
 
@@ -312,6 +780,7 @@ int main(int argc, char **argv) {
     for (int r = 0; r < row_count; r++) printf("%s\n", rows[r].key);
     return 0;
   }
+  check_allocation_counting();
   for (int i = 1; i < argc; i++) {
     int known = 0;
     for (int r = 0; r < row_count; r++) known |= strcmp(argv[i], rows[r].key) == 0;
@@ -326,7 +795,8 @@ int main(int argc, char **argv) {
     if (!selected(rows[r].key, argc, argv)) continue;
     rows[r].run(rows[r].size / 10);  // Warm-up, not reported.
     struct result result = rows[r].run(rows[r].size);
-    printf("%s\t%.1f\t%.1f\t%s\n", rows[r].key, result.wall_ns, result.cpu_ns, rows[r].description);
+    printf("%s\t%.1f\t%.1f\t%.4f\t%s\n", rows[r].key, result.wall_ns, result.cpu_ns,
+           result.allocations, rows[r].description);
     fflush(stdout);
   }
   return 0;

@@ -12,7 +12,10 @@
 #    C entry overhead of dispatch_sync_f can be stated against it.
 # 4. Prints per row: the median wall ns/op of each side, the ratio ours/libdispatch, the
 #    median CPU ns/op of each side (getrusage RUSAGE_SELF user+sys over the timed section),
-#    and the range (min–max) of the wall figures across the runs.
+#    the median heap allocations per op of each side (bench.c interposes malloc and friends
+#    and counts every call in the process during the timed section), and the range (min–max)
+#    of the wall figures across the runs. (after_dense: the wall figures are the p99 timer
+#    lateness in ns, not ns/op.)
 #
 # Environment: RUNS (default 5), CC (default /opt/swift/usr/bin/clang), SWIFT (default swift),
 # SWIFT_ROW (1: also measure Swift's Queue.sync; 0: skip), CFLAGS_EXTRA.
@@ -45,7 +48,9 @@ read -r -a ours_flags <<<"$(PKG_CONFIG_PATH="$pcdir" pkg-config --cflags --libs 
 # ---- 2. Run, alternating ------------------------------------------------------------------------
 # Every row runs in a fresh process (no worker threads left over from an earlier row), the
 # two sides alternating row by row; which side goes first alternates between runs.
-results="$out/results.tsv"  # side, run, row, wall ns/op, CPU ns/op, description
+# side, run, then bench's line as it is: row, wall ns/op, CPU ns/op, allocations/op, ...,
+# description (always the last field).
+results="$out/results.tsv"
 : >"$results"
 if (($# > 0)); then rows=("$@"); else mapfile -t rows < <("$out/bench-loopdispatch" --list); fi
 # A row the other build lacks (the fd row needs the source API in the header) runs on one side.
@@ -55,8 +60,8 @@ run_side() {  # side run row
   if [[ "$side" == libdispatch ]] && ! printf '%s\n' "${rival_rows[@]}" | grep -qx "$row"; then
     return
   fi
-  "$out/bench-$side" "$row" | awk -F'\t' -v side="$side" -v run="$run" \
-    'BEGIN { OFS = "\t" } { print side, run, $1, $2, $3, $4 }' >>"$results"
+  "$out/bench-$side" "$row" | awk -v side="$side" -v run="$run" \
+    '{ print side "\t" run "\t" $0 }' >>"$results"
 }
 for ((i = 1; i <= runs; i++)); do
   echo "run $i/$runs" >&2
@@ -100,31 +105,39 @@ awk -F'\t' -v runs="$runs" -v swift_sync="$swift_sync" '
     if (x == "") return "n/a"
     return x >= 100 ? sprintf("%.0f", x) : sprintf("%.1f", x)
   }
+  function fmt_allocs(x) {
+    if (x == "") return "n/a"
+    return x >= 10 ? sprintf("%.1f", x) : sprintf("%.3f", x)
+  }
   {
     side = $1; row = $3
     n = ++count[side, row]
     value[side, row, "wall", n] = $4
     value[side, row, "cpu", n] = $5
-    if (!(row in seen)) { seen[row] = 1; order[++rows] = row; name[row] = $6 }
+    value[side, row, "allocs", n] = $6
+    if (!(row in seen)) { seen[row] = 1; order[++rows] = row; name[row] = $NF }
   }
   END {
-    print "| Row | LoopDispatch ns/op | libdispatch ns/op | Ratio ours/libdispatch | CPU ns/op (ours) | CPU ns/op (libdispatch) | Range ours (min–max) | Range libdispatch (min–max) |"
-    print "|---|---:|---:|---:|---:|---:|---:|---:|"
+    print "| Row | LoopDispatch ns/op | libdispatch ns/op | Ratio ours/libdispatch | CPU ns/op (ours) | CPU ns/op (libdispatch) | allocs/op (ours) | allocs/op (libdispatch) | Range ours (min–max) | Range libdispatch (min–max) |"
+    print "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     for (r = 1; r <= rows; r++) {
       row = order[r]
       ours = stat("loopdispatch", row, "wall", "median")
       theirs = stat("libdispatch", row, "wall", "median")
       ratio = (ours != "" && theirs != "" && theirs > 0) ? sprintf("%.2fx", ours / theirs) : "n/a"
       med[row, "ours"] = ours; med[row, "theirs"] = theirs
-      printf "| `%s`: %s | %s | %s | %s | %s | %s | %s–%s | %s–%s |\n", row, name[row],
+      printf "| `%s`: %s | %s | %s | %s | %s | %s | %s | %s | %s–%s | %s–%s |\n", row, name[row],
         fmt(ours), fmt(theirs), ratio,
         fmt(stat("loopdispatch", row, "cpu", "median")), fmt(stat("libdispatch", row, "cpu", "median")),
+        fmt_allocs(stat("loopdispatch", row, "allocs", "median")), fmt_allocs(stat("libdispatch", row, "allocs", "median")),
         fmt(stat("loopdispatch", row, "wall", "min")), fmt(stat("loopdispatch", row, "wall", "max")),
         fmt(stat("libdispatch", row, "wall", "min")), fmt(stat("libdispatch", row, "wall", "max"))
     }
     print ""
     printf "Medians of %d runs per side; every row in a fresh process, the two binaries alternating row by row (the side that goes first alternates between runs). ", runs
-    print "Each row runs once untimed at a tenth of its size, then once timed. CPU ns/op = getrusage(RUSAGE_SELF) user + system of the whole process over the timed section, per op. Ratio below 1: LoopDispatch is faster."
+    print "Each row runs once untimed at a tenth of its size, then once timed. CPU ns/op = getrusage(RUSAGE_SELF) user + system of the whole process over the timed section, per op. allocs/op = heap allocations (malloc, calloc, realloc, posix_memalign, aligned_alloc, ...; interposed in the executable, so the calls of the libraries count too) of the whole process over the timed section, per op. Ratio below 1: LoopDispatch is faster."
+    if ("after_dense" in seen)
+      print "`after_dense`: the wall columns (and their ratio and ranges) are the p99 lateness of the timers in ns, not ns/op; CPU and allocs are per timer."
     if ((("sync_f", "ours") in med) && (("sync_block", "ours") in med)) {
       print ""
       print "C entry overhead (medians, ns/call):"
