@@ -53,10 +53,14 @@ final class ThreadName {
   /// Shows `label` as the calling worker's name (no effect on other threads).
   @inline(__always)
   static func show(_ label: String) {
-    guard let state = forCurrentThread, state.shownLabel != label else { return }
-    state.shownLabel = label
-    // An empty label would leave the thread nameless: show the worker's own name instead.
-    setKernelName(label.isEmpty ? state.ownName : label)
+    guard let raw = ThreadSlots.nameState() else { return }
+    // Safe: as in `showOwnName` (borrowed: no retain and release per item).
+    Unmanaged<ThreadName>.fromOpaque(raw)._withUnsafeGuaranteedRef { state in
+      guard state.shownLabel != label else { return }
+      state.shownLabel = label
+      // An empty label would leave the thread nameless: show the worker's own name instead.
+      setKernelName(label.isEmpty ? state.ownName : label)
+    }
   }
 
   /// Shows the calling worker's own name again (no effect if it already does).
@@ -80,7 +84,7 @@ final class ThreadName {
   /// worker going from one drain of a queue to the next renames at most once.
   @inline(__always)
   static func showEnclosingQueue() {
-    guard let frame = ThreadFrame.current, forCurrentThread != nil else { return }
+    guard let frame = ThreadFrame.current, ThreadSlots.nameState() != nil else { return }
     let queue = frame.pointee.queue
     if case .root = queue.kind { return }
     show(queue.label)

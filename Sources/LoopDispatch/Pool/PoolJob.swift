@@ -24,6 +24,9 @@ enum PoolJob: Sendable {
   case function(CFunctionCall)
   /// `dispatch_group_async_f` onto a global queue.
   case groupedFunction(CFunctionCall, GroupReference)
+  /// A started item of a custom concurrent queue whose target is a global queue
+  /// (`Queue.forward`): no wrapping closure.
+  case concurrentItem(Queue, QueueWork, enqueuedAt: UInt64)
 
   @inline(__always)
   func run() {
@@ -44,6 +47,8 @@ enum PoolJob: Sendable {
       ThreadName.showOwnName()
       call.run()
       group.leave()
+    case .concurrentItem(let queue, let work, let enqueuedAt):
+      queue.runConcurrentItem(work, enqueuedAt: enqueuedAt)
     }
   }
 }

@@ -143,11 +143,17 @@ final class WorkerPool: @unchecked Sendable {
   /// The plain worker at table index `index` (< `tableCount`).
   @inline(__always)
   func worker(at index: Int) -> Worker {
+    unmanagedWorker(at: index).takeUnretainedValue()
+  }
+
+  /// The plain worker at table index `index` (< `tableCount`), for borrowing without a
+  /// retain (`_withUnsafeGuaranteedRef`) on the hot paths.
+  @inline(__always)
+  func unmanagedWorker(at index: Int) -> Unmanaged<Worker> {
     // Safe: entries below `tableCount` were stored before the count was published
     // (releasing/acquiring) and point to workers kept alive by `state.workers` for ever.
     let bits = workerTable[index].load(ordering: .acquiring)
     return Unmanaged<Worker>.fromOpaque(UnsafeRawPointer(bitPattern: bits)!)
-      .takeUnretainedValue()
   }
 
   // MARK: Submission
@@ -254,13 +260,16 @@ final class WorkerPool: @unchecked Sendable {
     guard count > 1 else { return nil }
     for lane in 0..<laneCount {
       for offset in 1..<count {
-        let victim = worker(at: (thief.index + offset) % count)
-        guard !victim.local[lane].isEmpty,
-          let node = victim.local[lane].steal(into: thief.local[lane])
-        else { continue }
-        // More than one taken, or more left behind: let another worker help.
-        if !thief.local[lane].isEmpty || !victim.local[lane].isEmpty { notifyWork() }
-        return node
+        let stolen = unmanagedWorker(at: (thief.index + offset) % count)
+          ._withUnsafeGuaranteedRef { victim -> JobNodePointer? in
+            guard !victim.local[lane].isEmpty,
+              let node = victim.local[lane].steal(into: thief.local[lane])
+            else { return nil }
+            // More than one taken, or more left behind: let another worker help.
+            if !thief.local[lane].isEmpty || !victim.local[lane].isEmpty { notifyWork() }
+            return node
+          }
+        if let stolen { return stolen }
       }
     }
     return nil
@@ -271,9 +280,11 @@ final class WorkerPool: @unchecked Sendable {
   func hasQueuedWork() -> Bool {
     for lane in 0..<laneCount where injection[lane].count > 0 { return true }
     let count = tableCount.load(ordering: .acquiring)
-    for index in 0..<count {
-      let candidate = worker(at: index)
-      for lane in 0..<laneCount where !candidate.local[lane].isEmpty { return true }
+    for index in 0..<count
+    where unmanagedWorker(at: index)._withUnsafeGuaranteedRef({
+      $0.hasLocalWork
+    }) {
+      return true
     }
     return false
   }

@@ -37,19 +37,20 @@ struct ConcurrentState {
     if barrier { barrierRunning = false } else { running -= 1 }
   }
 
-  /// Removes and returns the items that may start now, in order.
-  mutating func takeStartable() -> [TimedWork] {
-    var started: [TimedWork] = []
-    while let first = pending.first, canStart(barrier: first.work.isBarrier) {
-      _ = pending.popFirst()
+  /// Moves the items that may start now, in order, into `buffer` (at most its capacity;
+  /// marked started) and returns how many. No allocation: `buffer` is the caller's stack.
+  mutating func takeStartable(into buffer: UnsafeMutableBufferPointer<TimedWork>) -> Int {
+    var count = 0
+    while count < buffer.count, let first = pending.first, canStart(barrier: first.work.isBarrier) {
       markStarted(barrier: first.work.isBarrier)
-      started.append(first)
+      // Safe: slot `count` is uninitialised (the caller moves out what it filled).
+      (buffer.baseAddress! + count).initialize(to: pending.popFirst()!)
+      count += 1
     }
-    return started
+    return count
   }
 }
 
-/// A concurrent queue's item with its submission time (`Ticks`), for the wait figures.
 struct TimedWork {
   var work: QueueWork
   var enqueuedAt: UInt64
@@ -57,48 +58,101 @@ struct TimedWork {
 
 extension Queue {
   func concurrentEnqueue(_ work: QueueWork) {
-    let item = TimedWork(work: work, enqueuedAt: Ticks.now())
-    countSubmission()
-    let startNow = concurrentState!.withLock { state -> Bool in
+    let enqueuedAt = Ticks.now()
+    let startNow = withHolderCountersAndState { counters, state -> Bool in
+      // Counted under the lock: a plain load and store, no read-modify-write.
+      counters.submitted.store(
+        counters.submitted.load(ordering: .relaxed) &+ 1, ordering: .relaxed)
       if state.pending.isEmpty && state.canStart(barrier: work.isBarrier) {
         state.markStarted(barrier: work.isBarrier)
         return true
       }
-      state.pending.append(item)
+      state.pending.append(TimedWork(work: work, enqueuedAt: enqueuedAt))
       return false
     }
-    if startNow { forward(item) }
+    if startNow { forward(work, enqueuedAt: enqueuedAt) }
   }
 
-  /// Sends one started item to the target, wrapped so that its start and completion are
-  /// recorded.
-  private func forward(_ item: TimedWork) {
-    let work = item.work
+  /// Runs `body` under the concurrent state's lock with the queue's counters (created with
+  /// the first item).
+  @inline(__always)
+  private func withHolderCountersAndState<T>(
+    _ body: (QueueCounters, inout ConcurrentState) -> T
+  ) -> T {
+    var result: T?
+    withHolderCounters { counters in
+      result = concurrentState!.withLock { body(counters, &$0) }
+    }
+    return result!
+  }
+
+  /// Sends one started item to the target. On a global queue the item travels in the pool
+  /// job itself (`PoolJob.concurrentItem`: no closure to allocate); on a custom target it is
+  /// wrapped in a closure that records its start and completion.
+  private func forward(_ work: QueueWork, enqueuedAt: UInt64) {
     if case .syncWaiter(let waiter, _) = work, waiter.callerReleasesSlot {
-      recordStartShared(enqueuedAt: item.enqueuedAt)
+      recordStartShared(enqueuedAt: enqueuedAt)
       waiter.turn.signal()  // The caller runs now and calls `concurrentFinished` itself.
       return
     }
-    let barrier = work.isBarrier
-    let enqueuedAt = item.enqueuedAt
-    let wrapped: @Sendable () -> Void = { [self] in
-      ThreadName.show(label)
-      recordStartShared(enqueuedAt: enqueuedAt)
-      ThreadFrame.with(self, exclusive: barrier) { perform(work) }
-      ThreadName.showEnclosingQueue()
-      concurrentFinished(barrier: barrier)
+    // Borrowed: every target a queue ever had stays alive as long as the queue.
+    unmanagedTarget!._withUnsafeGuaranteedRef { target in
+      if case .root(let priority, let overcommit) = target.kind {
+        let job = PoolJob.concurrentItem(self, work, enqueuedAt: enqueuedAt)
+        if overcommit {
+          WorkerPool.shared.submitOvercommit(job, priority: priority)
+        } else {
+          WorkerPool.shared.submit(job, priority: priority)
+        }
+        return
+      }
+      target.submitForChild { [self] in runConcurrentItem(work, enqueuedAt: enqueuedAt) }
     }
-    target!.submitForChild(wrapped)
   }
+
+  /// Runs one of this queue's started items on the calling thread, then records its end.
+  func runConcurrentItem(_ work: QueueWork, enqueuedAt: UInt64) {
+    let barrier = work.isBarrier
+    ThreadName.show(label)
+    recordStartShared(enqueuedAt: enqueuedAt)
+    ThreadFrame.with(self, exclusive: barrier) { perform(work) }
+    ThreadName.showEnclosingQueue()
+    concurrentFinished(barrier: barrier)
+  }
+
+  /// Items started at most per hold of the lock by `startPending`.
+  private static let startBatch = 16
 
   /// Records a finished item and starts whatever may start now.
   func concurrentFinished(barrier: Bool) {
-    countCompletionShared()
-    let started = concurrentState!.withLock { state -> [TimedWork] in
+    startPending { counters, state in
+      // Under the lock: a plain load and store. Releasing: see `countCompletionExclusive`.
+      counters.completed.store(
+        counters.completed.load(ordering: .relaxed) &+ 1, ordering: .releasing)
       state.markFinished(barrier: barrier)
-      return state.pending.isEmpty ? [] : state.takeStartable()
     }
-    for work in started { forward(work) }
+  }
+
+  /// Runs `change` under the lock, then forwards what may start, `startBatch` items per
+  /// hold of the lock (from a buffer on the stack: no allocation), until nothing may.
+  @inline(__always)
+  private func startPending(_ change: (QueueCounters, inout ConcurrentState) -> Void) {
+    withUnsafeTemporaryAllocation(of: TimedWork.self, capacity: Self.startBatch) { buffer in
+      var first = true
+      while true {
+        let count = withHolderCountersAndState { counters, state -> Int in
+          if first { change(counters, &state) }
+          return state.pending.isEmpty ? 0 : state.takeStartable(into: buffer)
+        }
+        first = false
+        for index in 0..<count {
+          // Safe: `takeStartable` initialised slots 0..<count; each is moved out once.
+          let item = (buffer.baseAddress! + index).move()
+          forward(item.work, enqueuedAt: item.enqueuedAt)
+        }
+        if count < Self.startBatch { return }
+      }
+    }
   }
 
   /// Runs a child's item on this queue: for root queues, straight on the pool.
@@ -130,12 +184,10 @@ extension Queue {
 
   /// Sets the width of this concurrent queue; see ``Queue/setWidth(_:)``.
   func concurrentSetWidth(_ newWidth: Int) {
-    let started = concurrentState!.withLock { state -> [TimedWork] in
+    startPending { _, state in
       state.width = newWidth
       sanitizerWidth = UInt16(clamping: newWidth)
-      return state.pending.isEmpty ? [] : state.takeStartable()
     }
-    for work in started { forward(work) }
   }
 
   func concurrentSuspend() {
@@ -143,27 +195,24 @@ extension Queue {
   }
 
   func concurrentResume() {
-    let started = concurrentState!.withLock { state -> [TimedWork]? in
+    var overResumed = false
+    startPending { _, state in
       if state.suspendCount == 0 {
-        if !state.inactive { return nil }
+        if !state.inactive {
+          overResumed = true
+          return
+        }
         state.inactive = false
       } else {
         state.suspendCount -= 1
       }
-      return state.takeStartable()
     }
-    guard let started else {
+    if overResumed {
       clientBug("resume() on queue \"\(label)\" that is not suspended (over-resume)")
     }
-    for work in started { forward(work) }
   }
 
   func concurrentActivate() {
-    let started = concurrentState!.withLock { state -> [TimedWork] in
-      guard state.inactive else { return [] }
-      state.inactive = false
-      return state.takeStartable()
-    }
-    for work in started { forward(work) }
+    startPending { _, state in state.inactive = false }
   }
 }

@@ -288,6 +288,13 @@ public final class Queue: @unchecked Sendable {
     return Unmanaged<Queue>.fromOpaque(raw).takeUnretainedValue()
   }
 
+  /// The current target, unretained (see `targetPointer`), for borrowing on hot paths.
+  @inline(__always)
+  var unmanagedTarget: Unmanaged<Queue>? {
+    guard let raw = targetPointer.load(ordering: .acquiring) else { return nil }
+    return Unmanaged<Queue>.fromOpaque(raw)
+  }
+
   /// The root (global) queue at the end of the target chain; its priority is the queue's.
   var root: Queue {
     var queue = self

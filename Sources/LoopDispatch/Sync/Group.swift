@@ -209,7 +209,7 @@ extension Queue {
         WorkerPool.shared.submit(.function(call), priority: priority)
       }
     case .serial, .main: serialEnqueue(.function(call, barrier: barrier))
-    case .concurrent: async(flags: barrier ? .barrier : []) { call.run() }
+    case .concurrent: concurrentEnqueue(.function(call, barrier: barrier))
     }
   }
 
