@@ -2,8 +2,9 @@ import CLoopThreadSlots
 import Glibc
 import Synchronization
 
-/// One pool job in memory the pool manages itself: the unit that moves through injection
-/// queues, local run queues and run-next slots as a plain pointer.
+/// One pool job or serial-queue item in memory the runtime manages itself: the unit that
+/// moves through injection queues, local run queues, run-next slots and serial queues'
+/// item lists as a plain pointer.
 ///
 /// Nodes are recycled (`NodeCache`), never freed while the process runs: a submission takes
 /// one from the calling thread's cache and the worker that ran the job gives it back to its
@@ -18,8 +19,12 @@ struct JobNode: ~Copyable {
   /// The next node: in an injection queue (written by the producer that appended the
   /// following node, read by the consumer), or in a free list (owner only, relaxed).
   let next = Atomic<UInt>(0)
-  /// The job; nil while the node is free or is an injection queue's dummy.
+  /// The job; nil while the node is free, an injection queue's dummy, or a queue item.
   var job: PoolJob?
+  /// A serial queue's item (`Queue+Serial.swift`): nil unless the node is in a serial
+  /// queue's `incoming` or backlog, where `next` links the list (written by the owner
+  /// before the publishing compare-and-swap, relaxed).
+  var work: QueueWork?
   /// `Ticks` at submission, for the global queues' wait figures.
   var enqueuedAt: UInt64 = 0
   /// The lane (priority raw value) the job was submitted at.

@@ -46,12 +46,15 @@ extension Queue {
   @inline(__always)
   func serialEnqueue(_ work: QueueWork) {
     // Safe: the node is ours until the CAS publishes it; the drainer frees it.
-    let node = UnsafeMutablePointer<ItemNode>.allocate(capacity: 1)
-    node.initialize(to: ItemNode(next: nil, work: work, enqueuedAt: Ticks.now()))
+    // A recycled node (`NodeCache`): no allocation in the steady state.
+    let node = NodeCache.take()
+    node.pointee.work = work
+    node.pointee.enqueuedAt = Ticks.now()
     countSubmission()
     var expected = incoming.load(ordering: .relaxed)
     while true {
-      node.pointee.next = expected
+      // Relaxed: published by the compare-and-swap below.
+      node.pointee.next.store(UInt(bitPattern: expected), ordering: .relaxed)
       let (exchanged, original) = incoming.compareExchange(
         expected: expected, desired: node, ordering: .sequentiallyConsistent)
       if exchanged { break }
@@ -107,13 +110,15 @@ extension Queue {
           break
         }
         guard let node = takeNext() else { break }
-        let item = node.move()
-        node.deallocate()
-        recordStartExclusive(enqueuedAt: item.enqueuedAt)
+        // Safe: the node is ours (taken from the backlog); its work moves out once.
+        let work = node.pointee.work.take()!
+        let enqueuedAt = node.pointee.enqueuedAt
+        NodeCache.give(node)
+        recordStartExclusive(enqueuedAt: enqueuedAt)
         if kind == .main && MainStallWatchdog.isEnabled {
-          MainStallWatchdog.shared.run(item.work, on: self)
+          MainStallWatchdog.shared.run(work, on: self)
         } else {
-          perform(item.work)
+          perform(work)
         }
         countCompletionExclusive()
         ran += 1
@@ -132,18 +137,19 @@ extension Queue {
   /// Takes the oldest item, refilling the backlog from `incoming` when it runs dry.
   /// Only the SCHEDULED holder calls this.
   @inline(__always)
-  private func takeNext() -> UnsafeMutablePointer<ItemNode>? {
+  private func takeNext() -> JobNodePointer? {
     var head = backlogHead.load(ordering: .relaxed)
     if head == nil {
       guard var node = incoming.exchange(nil, ordering: .sequentiallyConsistent) else {
         return nil
       }
       // Reverse newest-first into oldest-first.
-      var reversed: UnsafeMutablePointer<ItemNode>? = nil
+      var reversed: JobNodePointer? = nil
       backlogTail = node
       while true {
-        let next = node.pointee.next
-        node.pointee.next = reversed
+        // Relaxed: the SCHEDULED holder owns these nodes (taken by the exchange above).
+        let next = JobNodePointer(bitPattern: node.pointee.next.load(ordering: .relaxed))
+        node.pointee.next.store(UInt(bitPattern: reversed), ordering: .relaxed)
         reversed = node
         guard let following = next else { break }
         node = following
@@ -151,7 +157,7 @@ extension Queue {
       head = reversed
     }
     let node = head!
-    let next = node.pointee.next
+    let next = JobNodePointer(bitPattern: node.pointee.next.load(ordering: .relaxed))
     backlogHead.store(next, ordering: .relaxed)
     if next == nil { backlogTail = nil }
     return node
@@ -169,9 +175,9 @@ extension Queue {
     ]
     for index in lists.indices {
       while let node = lists[index] {
-        lists[index] = node.pointee.next
-        node.deinitialize(count: 1)
-        node.deallocate()
+        lists[index] = JobNodePointer(bitPattern: node.pointee.next.load(ordering: .relaxed))
+        node.pointee.work = nil
+        NodeCache.give(node)
       }
     }
   }

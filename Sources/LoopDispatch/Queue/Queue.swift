@@ -77,12 +77,12 @@ public final class Queue: @unchecked Sendable {
   /// Atomic state word; bit table in `Queue+Serial.swift`.
   let state = Atomic<UInt64>(0)
   /// Atomic. Submitted items not yet taken by a drainer (a Treiber stack, newest first).
-  let incoming = Atomic<UnsafeMutablePointer<ItemNode>?>(nil)
+  let incoming = Atomic<JobNodePointer?>(nil)
   /// Items taken from `incoming`, oldest first. Written only by the thread holding SCHEDULED;
   /// read (for emptiness) by anyone, hence atomic.
-  let backlogHead = Atomic<UnsafeMutablePointer<ItemNode>?>(nil)
+  let backlogHead = Atomic<JobNodePointer?>(nil)
   /// Only touched by the thread holding SCHEDULED.
-  var backlogTail: UnsafeMutablePointer<ItemNode>?
+  var backlogTail: JobNodePointer?
 
   /// The next queue up the target chain whose SYNC_LOCKED was taken together with this
   /// queue's (nil: none), so the holder releases exactly what it locked even if `setTarget`

@@ -18,15 +18,6 @@ enum QueueWork: @unchecked Sendable {
   }
 }
 
-/// A node of a serial queue's lock-free item list. Allocated by the submitter, freed by the
-/// drainer after it has moved `work` out.
-struct ItemNode {
-  var next: UnsafeMutablePointer<ItemNode>?
-  var work: QueueWork
-  /// `Ticks` at submission, for the queue's wait figures.
-  var enqueuedAt: UInt64
-}
-
 /// A thread blocked in `sync` on a busy queue. When the drainer reaches the waiter it gives
 /// the caller its turn and waits until the caller's closure has run on the caller's thread;
 /// the drainer thread keeps holding the queue (and its target chain) meanwhile.
