@@ -4,15 +4,17 @@ import Synchronization
 import TestSupport
 import Testing
 
-/// Batches (`WorkerPool+Batch.swift`): a worker that moved jobs out of a long lane never
-/// strands them when the job it runs blocks.
+/// Shares (`WorkerPool.takeFromInjection`): a worker that moved jobs out of a long injection
+/// queue into its local queue never strands them when the job it runs blocks — another
+/// worker steals them (`LocalQueue.steal`), woken by the flush before a LoopDispatch wait or
+/// by the supervisor when the owner blocks in the kernel.
 ///
 /// Each test runs in a child process (an exit test) so that the pool holds only its jobs.
 @Suite struct PoolBatchTests {
   /// A burst from a plain thread whose first job blocks in `read` until its second job has
   /// run. The worker that takes the first job usually moves the next ones (the writer among
-  /// them) into its batch before it blocks; another worker must steal them (or the
-  /// supervisor return them) or the round never ends.
+  /// them) into its local queue before it blocks; another worker must steal them or the
+  /// round never ends.
   @Test func aBlockedJobDoesNotStrandTheJobsBatchedBehindIt() async {
     await #expect(processExitsWith: .success) {
       for round in 0..<scaledRounds(200) {
@@ -39,8 +41,8 @@ import Testing
     }
   }
 
-  /// The same with the wait on a LoopDispatch semaphore: the blocked worker returns its batch
-  /// to the lane before it sleeps.
+  /// The same with the wait on a LoopDispatch semaphore: the blocked worker wakes a thief for
+  /// its local queue before it sleeps.
   @Test func aJobWaitingOnASemaphoreReturnsItsBatch() async {
     await #expect(processExitsWith: .success) {
       for round in 0..<scaledRounds(200) {
@@ -63,6 +65,38 @@ import Testing
 }
 
 /// `rounds` scaled by `LOOPDISPATCH_TEST_SCALE`, at least 10.
+extension PoolBatchTests {
+  /// A pool job submits a fan-out (into its own worker's local queue) and then blocks in
+  /// `read` until the last job of the fan-out has run: the others can only run if another
+  /// worker steals them while the owner is blocked in the kernel.
+  @Test func aJobBlockedAfterFillingItsLocalQueueIsNotWaitedFor() async {
+    await #expect(processExitsWith: .success) {
+      for round in 0..<scaledRounds(100) {
+        var fds: [Int32] = [0, 0]
+        if pipe(&fds) != 0 { batchTestFailure("pipe failed") }
+        let (readEnd, writeEnd) = (fds[0], fds[1])
+        let finished = Semaphore(value: 0)
+        Queue.global().async {
+          for _ in 0..<30 { Queue.global().async {} }
+          Queue.global().async {
+            var byte: UInt8 = 1
+            _ = write(writeEnd, &byte, 1)
+          }
+          var byte: UInt8 = 0
+          _ = read(readEnd, &byte, 1)
+          finished.signal()
+        }
+        if finished.wait(timeout: .seconds(10)) == .timedOut {
+          batchTestFailure("round \(round): the writer stayed in the blocked worker's queue")
+        }
+        close(readEnd)
+        close(writeEnd)
+      }
+      exit(0)
+    }
+  }
+}
+
 private func scaledRounds(_ rounds: Int) -> Int {
   guard let raw = getenv("LOOPDISPATCH_TEST_SCALE"), let scale = Double(String(cString: raw))
   else { return rounds }
