@@ -64,7 +64,6 @@ import Testing
   }
 }
 
-/// `rounds` scaled by `LOOPDISPATCH_TEST_SCALE`, at least 10.
 extension PoolBatchTests {
   /// A pool job submits a fan-out (into its own worker's local queue) and then blocks in
   /// `read` until the last job of the fan-out has run: the others can only run if another
@@ -97,6 +96,7 @@ extension PoolBatchTests {
   }
 }
 
+/// `rounds` scaled by `LOOPDISPATCH_TEST_SCALE`, at least 10.
 private func scaledRounds(_ rounds: Int) -> Int {
   guard let raw = getenv("LOOPDISPATCH_TEST_SCALE"), let scale = Double(String(cString: raw))
   else { return rounds }

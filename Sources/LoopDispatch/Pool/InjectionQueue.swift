@@ -56,7 +56,9 @@ struct InjectionQueue: ~Copyable {
   var count: Int {
     // Taken first: `taken ≤ pushed` at every instant, so reading it first cannot make the
     // difference negative.
-    let done = taken.load(ordering: .relaxed)
+    // Acquiring (pairs with the releasing store in `take`): the jobs counted as taken
+    // were pushed, so `pushed` read next is at least as new.
+    let done = taken.load(ordering: .acquiring)
     return Int(truncatingIfNeeded: pushed.load(ordering: .sequentiallyConsistent) &- done)
   }
 
@@ -91,26 +93,24 @@ struct InjectionQueue: ~Copyable {
       if first == nil { first = carrier } else { overflow(carrier) }
       moved += 1
     }
-    taken.store(done, ordering: .relaxed)
+    taken.store(done, ordering: .releasing)
     // Releasing: hands `head` and `taken` to the next holder.
     consuming.store(false, ordering: .releasing)
     return first
   }
 
-  /// Moves the next job into the current dummy node and returns that node; nil if the
-  /// queue is empty. A counted job whose producer has swapped the tail but not yet linked
-  /// it is waited for (a few instructions of the producer's). Holder of `consuming` only.
+  /// Moves the next job into the current dummy node and returns that node; nil if none is
+  /// linked yet (the queue is empty, or its next job's producer has not linked it yet).
+  /// Holder of `consuming` only.
   @inline(__always)
   private func takeOne(_ done: inout UInt64) -> JobNodePointer? {
     let dummy = JobNodePointer(nodeBits: head.load(ordering: .relaxed))
-    var nextBits = dummy.pointee.next.load(ordering: .acquiring)
+    let nextBits = dummy.pointee.next.load(ordering: .acquiring)
     if nextBits == 0 {
-      // Nothing linked: empty, unless a producer counted a job it is still linking.
-      if pushed.load(ordering: .sequentiallyConsistent) == done { return nil }
-      repeat {
-        spinLoopHint()
-        nextBits = dummy.pointee.next.load(ordering: .acquiring)
-      } while nextBits == 0
+      // Nothing linked: empty, or a producer counted a job it is still linking (it may have
+      // been preempted between the two). Either way nothing to take now; the caller moves
+      // on rather than spin while holding `consuming` (see `Worker.main`).
+      return nil
     }
     let next = JobNodePointer(nodeBits: nextBits)
     let carrier = dummy

@@ -16,9 +16,6 @@ import Synchronization
 /// reads or writes `job` and `enqueuedAt`; `next` is atomic because an injection queue's
 /// consumer reads it while the producer that linked the node may still be writing it.
 struct JobNode: ~Copyable {
-  /// The next node: in an injection queue (written by the producer that appended the
-  /// following node, read by the consumer), or in a free list (owner only, relaxed).
-  let next = Atomic<UInt>(0)
   /// The job; nil while the node is free, an injection queue's dummy, or a queue item.
   var job: PoolJob?
   /// A serial queue's item (`Queue+Serial.swift`): nil unless the node is in a serial
@@ -29,6 +26,14 @@ struct JobNode: ~Copyable {
   var enqueuedAt: UInt64 = 0
   /// The lane (priority raw value) the job was submitted at.
   var lane: Int = 0
+  /// The next node: in an injection queue (written by the producer that appended the
+  /// following node, read by the consumer), or in a free list (owner only, relaxed).
+  ///
+  /// Last on purpose: ThreadSanitizer records a Swift access to `pointee` (as the owner's
+  /// `node.pointee.job = ...`) at the node's first byte, so a field a producer writes
+  /// concurrently (this link, on the injection queue's tail) must not be there, or the
+  /// owner's write to another field reads as a race.
+  let next = Atomic<UInt>(0)
 }
 
 /// A pointer to a pool-managed node.

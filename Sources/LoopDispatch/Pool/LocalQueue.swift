@@ -121,6 +121,48 @@ struct LocalQueue: ~Copyable {
     }
   }
 
+  /// Takes every queued job out, oldest first, handing each to `body` (the supervisor's
+  /// rescue of a worker stuck in one job: `WorkerPool.rescueStrandedLocalQueues`). Claims
+  /// them as a thief does, so the owner and other thieves stay correct. Returns how many;
+  /// 0 if another thief is at work. Any thread but the owner.
+  func evacuate(_ body: (JobNodePointer) -> Void) -> Int {
+    var word = head.load(ordering: .acquiring)
+    var claimed: UInt32 = 0
+    var start: UInt32 = 0
+    while true {
+      let (steal, real) = Self.unpack(word)
+      if steal != real { return 0 }
+      let end = tail.load(ordering: .acquiring)
+      let available = end &- real
+      if available == 0 || available > Self.capacity { return 0 }
+      claimed = available
+      start = real
+      let (exchanged, original) = head.compareExchange(
+        expected: word, desired: Self.pack(steal: steal, real: real &+ claimed),
+        ordering: .acquiringAndReleasing)
+      if exchanged {
+        word = Self.pack(steal: steal, real: real &+ claimed)
+        break
+      }
+      word = original
+    }
+    for offset in 0..<claimed {
+      // Safe: claimed (invariant 2) and intact (invariant 1) until the steal ends below.
+      body(
+        JobNodePointer(nodeBits: slots[Int((start &+ offset) & Self.mask)].load(ordering: .relaxed))
+      )
+    }
+    while true {
+      let (_, real) = Self.unpack(word)
+      let (exchanged, original) = head.compareExchange(
+        expected: word, desired: Self.pack(steal: real, real: real),
+        ordering: .acquiringAndReleasing)
+      if exchanged { break }
+      word = original
+    }
+    return Int(claimed)
+  }
+
   /// Steals half the jobs (rounded up) for `thief`: returns the oldest and appends the rest
   /// to `destination` (the thief's own queue of the same lane, which must be empty). Nil if
   /// there was nothing to take or another thief is at work. Any worker but the owner.
@@ -159,7 +201,8 @@ struct LocalQueue: ~Copyable {
         destination.slots[Int((destinationEnd &+ offset &- 1) & Self.mask)].store(
           bits, ordering: .relaxed)
       }
-      destination.tail.store(destinationEnd &+ claimed &- 1, ordering: .releasing)
+      // Sequentially consistent: a publication in the parking Dekker pair, as `push`.
+      destination.tail.store(destinationEnd &+ claimed &- 1, ordering: .sequentiallyConsistent)
     }
     // End the steal: STEAL catches up with REAL (which the owner may have moved meanwhile).
     while true {

@@ -47,6 +47,14 @@ final class Worker: @unchecked Sendable {
   let runNext = Atomic<UInt>(0)
   /// Slot jobs this worker ran in a row (reset when it takes a job from a queue). Owner only.
   var runNextStreak = 0
+  /// Jobs taken (wrapping), for the periodic injection check of `takeJob`. Owner only.
+  var takes: UInt32 = 0
+  /// The lane of the job the worker is running (0, the highest, between jobs: any lane may
+  /// go to its own queues then). Read by `WorkerPool.enqueue` on the worker's own thread
+  /// only. Owner only.
+  var runningLane = 0
+  /// Loop turns in a row that found queued work but took none (see `main`). Owner only.
+  private var fruitlessTurns = 0
   /// The slot's contents the supervisor saw at its last tick. Supervisor only.
   var runNextSeen: UInt = 0
   /// Atomic. Jobs this worker started (written by the worker only; the supervisor reads it
@@ -114,8 +122,17 @@ final class Worker: @unchecked Sendable {
     let pool = self.pool
     while true {
       if let node = pool.takeJob(for: self) ?? pool.steal(for: self) {
+        fruitlessTurns = 0
         run(node)
         continue
+      }
+      // Work that is counted but cannot be taken yet (a producer preempted between counting
+      // and linking its job, a thief preempted mid-steal) makes the searches below return at
+      // once: after a few such turns, give the core to the thread that holds it up.
+      fruitlessTurns += 1
+      if fruitlessTurns >= 16 {
+        sched_yield()
+        fruitlessTurns = 0
       }
       if spinForWork() { continue }
       if !park() { return }  // Retired.
@@ -132,9 +149,11 @@ final class Worker: @unchecked Sendable {
     // Single writer: a plain load and store.
     progress.store(progress.load(ordering: .relaxed) &+ 1, ordering: .relaxed)
     figures.recordStart(lane: lane, enqueuedAt: enqueuedAt)
+    runningLane = lane
     pool.rootQueues[lane]._withUnsafeGuaranteedRef { root in
       ThreadFrame.with(root, exclusive: false) { job.run() }
     }
+    runningLane = 0
     figures.recordCompletion(lane: lane)
     busy.store(false, ordering: .relaxed)
   }
@@ -169,6 +188,8 @@ final class Worker: @unchecked Sendable {
   /// Parks until woken (`WorkerPool+Parking.swift`). Returns false if this extra worker
   /// retired instead.
   private func park() -> Bool {
+    // A slot job that could not go first (a higher lane looked busy) runs, not parks.
+    if runNext.load(ordering: .relaxed) != 0 { return true }
     parkWord.atomic.pointee.store(1, ordering: .relaxed)
     pool.announceIdle(self)
     // The Dekker re-check: work published before our announcement is seen here.
@@ -185,7 +206,9 @@ final class Worker: @unchecked Sendable {
       if isExtra && parkWord.atomic.pointee.load(ordering: .acquiring) == 1
         && pool.withdrawIdle(self)
       {
-        // Timed out, still idle and now out of the set: nobody can wake it any more.
+        // Timed out, still idle and now out of the set: nobody can wake it any more. Off the
+        // pool first: once retired, the object may be handed to a new thread.
+        ThreadSlots.setWorker(nil)
         pool.retire(self)
         return false
       }

@@ -47,22 +47,31 @@ extension WorkerPool {
   /// The owner's thread.
   @inline(__always)
   func takeRunNext(of owner: Worker) -> JobNodePointer? {
-    let bits = owner.runNext.load(ordering: .acquiring)
+    guard owner.runNext.load(ordering: .relaxed) != 0 else { return nil }
+    // Taken first, then judged: a rescuer may move the node meanwhile (and another thread
+    // reuse it), so its fields are read only once it is ours. Acquiring: the filler's
+    // writes to the node.
+    let bits = owner.runNext.exchange(0, ordering: .acquiring)
     guard bits != 0 else { return nil }
-    let lane = JobNodePointer(nodeBits: bits).pointee.lane
-    for higher in 0..<lane
-    where !owner.local[higher].isEmpty || injection[higher].count > 0 {
+    let node = JobNodePointer(nodeBits: bits)
+    let lane = node.pointee.lane
+    var mustWait = false
+    for higher in 0..<lane where !owner.local[higher].isEmpty || injection[higher].count > 0 {
+      mustWait = true
+      break
+    }
+    if !mustWait && owner.runNextStreak >= Self.runNextStreakLimit {
+      mustWait = hasQueuedWork(for: owner)
+    }
+    if mustWait {
+      // Back in the slot (only the owner fills it, so it is still empty): the count of
+      // slotted jobs never changed. Sequentially consistent, as a fill.
+      owner.runNext.store(bits, ordering: .sequentiallyConsistent)
       return nil
     }
-    if owner.runNextStreak >= Self.runNextStreakLimit && hasQueuedWork(for: owner) {
-      return nil
-    }
-    // Acquiring: a rescuer may have taken it since the load above.
-    let taken = owner.runNext.exchange(0, ordering: .acquiring)
-    guard taken != 0 else { return nil }
     slottedJobs.wrappingSubtract(1, ordering: .relaxed)
     owner.runNextStreak += 1
-    return JobNodePointer(nodeBits: taken)
+    return node
   }
 
   /// Whether a job waits in `owner`'s local queues or in any injection queue (rule 2's
@@ -120,16 +129,20 @@ extension WorkerPool {
   }
 
   /// The supervisor's tick: a worker that started no job during a whole tick while its local
-  /// queue holds jobs is stuck in one; a parked worker is woken to steal them (or, if none
-  /// is parked, the growth check that follows sees the queued work). Supervisor thread.
+  /// queue holds jobs is stuck in one (blocked in the kernel, or running long); its queued
+  /// jobs move to the injection queues, where any worker finds them, and a worker is woken
+  /// (if none is parked, the growth check that follows sees the queued work). Supervisor
+  /// thread.
   func rescueStrandedLocalQueues(among workers: [Worker]) {
     for worker in workers where worker.localCount > 0 {
       let progress = worker.progress.load(ordering: .relaxed)
       defer { worker.progressSeenBySupervisor = progress }
-      guard progress == worker.progressSeenBySupervisor,
-        worker.hasLocalWork
-      else { continue }
-      notifyWork()
+      guard progress == worker.progressSeenBySupervisor, worker.hasLocalWork else { continue }
+      var moved = 0
+      for lane in 0..<laneCount {
+        moved += worker.local[lane].evacuate { node in injection[lane].push(node) }
+      }
+      if moved > 0 { notifyWork() }
     }
   }
 }

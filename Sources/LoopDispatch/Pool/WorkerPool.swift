@@ -163,21 +163,28 @@ final class WorkerPool: @unchecked Sendable {
   /// With `runNext`, a job submitted by a pool job goes into the calling worker's run-next
   /// slot (`WorkerPool+RunNext.swift`) when it may, and wakes nobody. Otherwise a worker
   /// puts it in its own local queue, any other thread in the lane's injection queue, and
-  /// one parked worker is woken unless a worker is searching. Thread-safety: any thread.
+  /// one parked worker is woken unless a worker is searching.
+  ///
+  /// Two exceptions send a worker's job to the injection queue, where every worker looks
+  /// in priority order: a job of higher priority than the one the worker is running (in its
+  /// own queues it would wait for that job, or only its owner would see it: strict priority
+  /// holds across workers), and a `yielding` job (a serial queue's drain that used its
+  /// budget: it goes to the back of its lane, behind work from other threads).
+  /// Thread-safety: any thread.
   @inline(__always)
-  func submit(_ job: PoolJob, priority: Priority, runNext: Bool = false) {
+  func submit(_ job: PoolJob, priority: Priority, runNext: Bool = false, yielding: Bool = false) {
     let node = NodeCache.take()
     // Safe: the node is ours until published below.
     node.pointee.job = job
     node.pointee.lane = priority.rawValue
     node.pointee.enqueuedAt = Ticks.now()
-    enqueue(node, runNext: runNext)
+    enqueue(node, runNext: runNext, yielding: yielding)
   }
 
   /// Publishes a filled node (see `submit`).
   @inline(__always)
-  func enqueue(_ node: JobNodePointer, runNext: Bool) {
-    if let worker = Worker.current {
+  func enqueue(_ node: JobNodePointer, runNext: Bool, yielding: Bool = false) {
+    if !yielding, let worker = Worker.current, node.pointee.lane >= worker.runningLane {
       if runNext && fillRunNext(of: worker, with: node) {
         // A slot left by an owner that blocks is rescued by the supervisor: it must watch.
         supervisor.noteWorkWaiting()
@@ -217,6 +224,18 @@ final class WorkerPool: @unchecked Sendable {
   /// holds a job (stealing is `steal`). Worker threads.
   @inline(__always)
   func takeJob(for worker: Worker) -> JobNodePointer? {
+    // Fairness: every `injectionCheckInterval` takes, the injection queues go before the
+    // worker's own slot and local queue, so a worker whose jobs keep refilling its own queue
+    // (a job that resubmits itself) cannot starve work from other threads.
+    worker.takes &+= 1
+    if worker.takes % Self.injectionCheckInterval == 0 {
+      for lane in 0..<laneCount {
+        if let node = takeFromInjection(lane, for: worker) {
+          worker.runNextStreak = 0
+          return node
+        }
+      }
+    }
     if let slot = takeRunNext(of: worker) { return slot }
     for lane in 0..<laneCount {
       if let node = worker.local[lane].pop() {
@@ -230,6 +249,9 @@ final class WorkerPool: @unchecked Sendable {
     }
     return nil
   }
+
+  /// Takes between checks of the injection queues first (tokio's and Go's figure).
+  static let injectionCheckInterval: UInt32 = 61
 
   /// Takes the oldest job of an injection queue and, when more wait, a share of them into
   /// `worker`'s (empty) local queue of that lane; then, if jobs still wait there or in the

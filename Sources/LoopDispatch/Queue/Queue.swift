@@ -407,7 +407,8 @@ public final class Queue: @unchecked Sendable {
       if overcommit {
         WorkerPool.shared.submitOvercommit(.runnable(child), priority: priority)
       } else {
-        WorkerPool.shared.submit(.runnable(child), priority: priority, runNext: !yielding)
+        WorkerPool.shared.submit(
+          .runnable(child), priority: priority, runNext: !yielding, yielding: yielding)
       }
     case .serial, .main:
       serialEnqueue(.drain(child))

@@ -9,12 +9,17 @@ import Synchronization
 ///
 /// | bits    | name       | meaning                                                       |
 /// | ------- | ---------- | ------------------------------------------------------------- |
-/// | 0...31  | COUNT      | outstanding work (`enter`s minus `leave`s)                    |
+/// | 0...31  | COUNT      | outstanding work, negated: 2^32 − (`enter`s − `leave`s), 0 idle |
 /// | 32...63 | GENERATION | how many times the count has returned to zero (wrapping)      |
 ///
 /// Walk-through:
-/// 1. `enter` adds one to COUNT. `leave` takes one away with a compare-and-swap that, when
-///    COUNT goes 1 → 0, also adds one to GENERATION: that generation has ended.
+/// 1. `leave` adds one to the whole word: one atomic add, whatever the count. COUNT holds
+///    the count negated, so the `leave` that takes it from one (0xFFFF_FFFF) to zero carries
+///    out of COUNT into GENERATION: reaching zero ends the generation in the same step (the
+///    shape of libdispatch's group). `enter` takes one from COUNT without touching
+///    GENERATION: a subtraction, or from zero (where a subtraction would borrow from
+///    GENERATION) an addition of 0xFFFF_FFFF, chosen by a compare-and-swap. The submitter
+///    enters once per item, and the workers that leave never retry.
 /// 2. The `leave` that ended a generation rings `doorbell` (a futex word) and wakes its
 ///    sleepers if any are registered, then submits the notifications registered during the
 ///    generation it ended, each once.
@@ -39,7 +44,10 @@ public final class Group: @unchecked Sendable {
   private let notifications = LockedValue<[PendingNotification]>([])
 
   private static let countMask: UInt64 = 0xFFFF_FFFF
-  private static let generationOne: UInt64 = 1 << 32
+
+  /// The outstanding count held in the COUNT bits of `word`.
+  @inline(__always)
+  private static func count(_ word: UInt64) -> UInt32 { 0 &- UInt32(truncatingIfNeeded: word) }
 
   private struct PendingNotification {
     let generation: UInt32
@@ -73,11 +81,23 @@ public final class Group: @unchecked Sendable {
   /// retain, taken by the `enter` that leaves zero and dropped by the `leave` that returns
   /// to it — as libdispatch does — so work in flight never needs a reference of its own.
   public func enter() {
-    let previous = state.wrappingAdd(1, ordering: .relaxed).oldValue
-    if previous & Self.countMask == Self.countMask {
-      clientBug("Group.enter() called 4294967295 times without a leave() (count overflow)")
+    var current = state.load(ordering: .relaxed)
+    while true {
+      let count = Self.count(current)
+      if count == UInt32.max {
+        clientBug("Group.enter() called 4294967295 times without a leave() (count overflow)")
+      }
+      // From zero: COUNT becomes 0xFFFF_FFFF with no borrow out of it (see the table).
+      let desired = count == 0 ? current &+ Self.countMask : current &- 1
+      // Relaxed, as an increment: the entered work has not been published yet.
+      let (exchanged, original) = state.compareExchange(
+        expected: current, desired: desired, ordering: .relaxed)
+      if exchanged {
+        if count == 0 { _ = owner.retain() }
+        return
+      }
+      current = original
     }
-    if previous & Self.countMask == 0 { _ = owner.retain() }
   }
 
   /// Marks one piece of work done. More `leave`s than `enter`s is a client bug.
@@ -87,26 +107,18 @@ public final class Group: @unchecked Sendable {
     // other side is the waiter's increment of `sleepers` then its load of `state`. Both
     // sides must be sequentially consistent for "either the waiter sees the new generation,
     // or we see the waiter" to hold.
-    var current = state.load(ordering: .relaxed)
-    while true {
-      let count = current & Self.countMask
-      if count == 0 {
-        clientBug("Group.leave() called more times than enter() (count \(Int(count) - 1))")
-      }
-      let desired =
-        count == 1 ? (current & ~Self.countMask) &+ Self.generationOne : current - 1
-      let (exchanged, original) = state.compareExchange(
-        expected: current, desired: desired, ordering: .sequentiallyConsistent)
-      if exchanged {
-        if count == 1 {
-          let keptAlive = owner
-          generationEnded(UInt32(truncatingIfNeeded: current >> 32))
-          // Last: this may free the group (see `enter`).
-          keptAlive.release()
-        }
-        return
-      }
-      current = original
+    let previous = state.wrappingAdd(1, ordering: .sequentiallyConsistent).oldValue
+    switch Self.count(previous) {
+    case 0:
+      clientBug("Group.leave() called more times than enter() (count -1)")
+    case 1:
+      // The carry ended generation `previous >> 32`.
+      let keptAlive = owner
+      generationEnded(UInt32(truncatingIfNeeded: previous >> 32))
+      // Last: this may free the group (see `enter`).
+      keptAlive.release()
+    default:
+      break
     }
   }
 
