@@ -33,13 +33,14 @@ extension WorkerPool {
 
   /// Fills `owner`'s slot with `node` if it is empty (rule 1). The owner's thread.
   @inline(__always)
-  func fillRunNext(of owner: Worker, with node: JobNodePointer) -> Bool {
+  func fillRunNext(of owner: Worker, with node: JobNodePointer, lane: Int) -> Bool {
     guard owner.runNext.load(ordering: .relaxed) == 0 else { return false }
+    // Counted before the store: once in the slot, a rescuer may move the node on.
+    owner.figures.countLocalSubmission(lane: lane)
     // Sequentially consistent: with `slottedJobs` below, pairs with the supervisor's sleep
     // check (`hasWaitingWork`); releasing, so a rescuer that exchanges it out sees the job.
     owner.runNext.store(node.nodeBits, ordering: .sequentiallyConsistent)
     slottedJobs.wrappingAdd(1, ordering: .sequentiallyConsistent)
-    owner.figures.countLocalSubmission(lane: node.pointee.lane)
     return true
   }
 

@@ -184,19 +184,21 @@ final class WorkerPool: @unchecked Sendable {
   /// Publishes a filled node (see `submit`).
   @inline(__always)
   func enqueue(_ node: JobNodePointer, runNext: Bool, yielding: Bool = false) {
-    if !yielding, let worker = Worker.current, node.pointee.lane >= worker.runningLane {
-      if runNext && fillRunNext(of: worker, with: node) {
+    // Read now: once published, the node belongs to whoever takes it (and may be reused).
+    let lane = node.pointee.lane
+    if !yielding, let worker = Worker.current, lane >= worker.runningLane {
+      if runNext && fillRunNext(of: worker, with: node, lane: lane) {
         // A slot left by an owner that blocks is rescued by the supervisor: it must watch.
         supervisor.noteWorkWaiting()
         return
       }
-      if worker.local[node.pointee.lane].push(node) {
-        worker.figures.countLocalSubmission(lane: node.pointee.lane)
+      if worker.local[lane].push(node) {
+        worker.figures.countLocalSubmission(lane: lane)
         notifyWork()
         return
       }
     }
-    injection[node.pointee.lane].push(node)
+    injection[lane].push(node)
     notifyWork()
   }
 
