@@ -92,14 +92,24 @@ package struct CFunctionCall: @unchecked Sendable {
 ///    emptied whole (exchange with 0); nobody pops a single node from it, so a head that was
 ///    removed and pushed again between a load and a compare-and-swap cannot tear the list.
 /// 3. A thread that exits gives its cache to the shared stack (pthread key destructor), so
-///    no node is lost with it. Nodes are never returned to the allocator: their number is
-///    bounded by the most jobs ever queued at once, plus `spareLimit` per thread.
+///    no node is lost with it.
+/// 4. Bounded: a spare list handed over while the shared stack already holds about
+///    `sharedLimit` nodes is freed instead, so a burst that queued millions of jobs (the
+///    full-size stress suite's 10M items) does not keep their nodes for the process's life.
+///    What stays: up to `sharedLimit` shared, `spareLimit` per thread, and the chain a
+///    thread borrowed (at most what the shared stack held).
 enum NodeCache {
   /// Nodes a thread keeps before it hands them to the shared stack.
   static let spareLimit = 256
+  /// Nodes the shared stack keeps at most (about 6 MB), give or take one spare list.
+  static let sharedLimit = 65_536
 
   /// Atomic. The shared stack: the first node of a chain of chains, linked by `next`.
   private static let shared = Atomic<UInt>(0)
+  /// Atomic. About how many nodes `shared` holds: added to after a push, reset by the
+  /// exchange that empties it (a racing push may be counted against the next round: the
+  /// figure only decides whether to keep a spare list).
+  private static let sharedCount = Atomic<Int>(0)
 
   /// The key whose destructor flushes an exiting thread's cache (rule 3).
   private static let exitKey: pthread_key_t = {
@@ -134,6 +144,7 @@ enum NodeCache {
       // Acquiring: pairs with the releasing compare-and-swap in `pushShared`, so the
       // chain's links are visible.
       let chain = shared.exchange(0, ordering: .acquiring)
+      sharedCount.store(0, ordering: .relaxed)
       if chain != 0 {
         cache.pointee.borrowed = UnsafeMutableRawPointer(bitPattern: chain)
         registerExitHook(cache)
@@ -170,9 +181,20 @@ enum NodeCache {
   /// Moves the calling thread's spare list to the shared stack.
   private static func flushSpare(_ cache: UnsafeMutablePointer<lds_node_cache>) {
     guard let head = cache.pointee.spare_head, let tail = cache.pointee.spare_tail else { return }
-    pushShared(
-      head: head.assumingMemoryBound(to: JobNode.self),
-      tail: tail.assumingMemoryBound(to: JobNode.self))
+    if sharedCount.load(ordering: .relaxed) >= sharedLimit {
+      // Rule 4: enough spare nodes already; these go back to the allocator.
+      var node: JobNodePointer? = head.assumingMemoryBound(to: JobNode.self)
+      while let current = node {
+        node = JobNodePointer(bitPattern: current.pointee.next.load(ordering: .relaxed))
+        current.deinitialize(count: 1)
+        current.deallocate()
+      }
+    } else {
+      pushShared(
+        head: head.assumingMemoryBound(to: JobNode.self),
+        tail: tail.assumingMemoryBound(to: JobNode.self))
+      sharedCount.wrappingAdd(cache.pointee.spare_count, ordering: .relaxed)
+    }
     cache.pointee.spare_head = nil
     cache.pointee.spare_tail = nil
     cache.pointee.spare_count = 0
