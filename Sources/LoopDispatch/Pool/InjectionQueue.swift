@@ -43,6 +43,8 @@ struct InjectionQueue: ~Copyable {
 
   /// Jobs at most that one consumer takes per acquisition.
   static let takeLimit = 64
+  /// Tries of `consuming` before a consumer gives up (each after a pause instruction).
+  static let acquireAttempts = 128
 
   init() {
     let dummy = JobNodePointer.allocate(capacity: 1)
@@ -82,9 +84,17 @@ struct InjectionQueue: ~Copyable {
   @inline(__always)
   func take(limit: Int, overflow: (JobNodePointer) -> Void) -> JobNodePointer? {
     guard count > 0 else { return nil }
-    // Acquiring: the previous holder's `head` and `taken` writes are visible.
-    guard consuming.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged
-    else { return nil }
+    // Acquiring: the previous holder's `head` and `taken` writes are visible. A holder
+    // moves at most `takeLimit` jobs, a microsecond or two: worth a short wait rather than
+    // a fruitless turn of the caller's loop, but never a long one (it may be preempted).
+    var attempts = 0
+    while !consuming.compareExchange(expected: false, desired: true, ordering: .acquiring)
+      .exchanged
+    {
+      attempts += 1
+      if attempts == Self.acquireAttempts || count <= 0 { return nil }
+      spinLoopHint()
+    }
     var first: JobNodePointer? = nil
     var moved = 0
     var done = taken.load(ordering: .relaxed)

@@ -65,7 +65,9 @@ extension WorkerPool {
         let (claimed, original) = idleWords[word].compareExchange(
           expected: bits, desired: bits & ~bit, ordering: .sequentiallyConsistent)
         if claimed {
-          worker(at: word * 64 + bit.trailingZeroBitCount).unpark()
+          unmanagedWorker(at: word * 64 + bit.trailingZeroBitCount)._withUnsafeGuaranteedRef {
+            $0.unpark()
+          }
           return true
         }
         bits = original

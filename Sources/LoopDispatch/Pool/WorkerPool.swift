@@ -186,17 +186,22 @@ final class WorkerPool: @unchecked Sendable {
   func enqueue(_ node: JobNodePointer, runNext: Bool, yielding: Bool = false) {
     // Read now: once published, the node belongs to whoever takes it (and may be reused).
     let lane = node.pointee.lane
-    if !yielding, let worker = Worker.current, lane >= worker.runningLane {
-      if runNext && fillRunNext(of: worker, with: node, lane: lane) {
-        // A slot left by an owner that blocks is rescued by the supervisor: it must watch.
-        supervisor.noteWorkWaiting()
-        return
-      }
-      if worker.local[lane].push(node) {
+    // Borrowed, not retained: the calling thread's own worker (see `Worker.current`).
+    if !yielding, let raw = ThreadSlots.worker(),
+      Unmanaged<Worker>.fromOpaque(raw)._withUnsafeGuaranteedRef({ worker in
+        guard lane >= worker.runningLane else { return false }
+        if runNext && fillRunNext(of: worker, with: node, lane: lane) {
+          // A slot left by an owner that blocks is rescued by the supervisor: it must watch.
+          supervisor.noteWorkWaiting()
+          return true
+        }
+        guard worker.local[lane].push(node) else { return false }
         worker.figures.countLocalSubmission(lane: lane)
         notifyWork()
-        return
-      }
+        return true
+      })
+    {
+      return
     }
     injection[lane].push(node)
     notifyWork()
