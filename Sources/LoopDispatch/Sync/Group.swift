@@ -108,9 +108,10 @@ public final class Group: @unchecked Sendable {
     // sides must be sequentially consistent for "either the waiter sees the new generation,
     // or we see the waiter" to hold.
     let previous = state.wrappingAdd(1, ordering: .sequentiallyConsistent).oldValue
-    switch Self.count(previous) {
+    let count = Self.count(previous)
+    switch count {
     case 0:
-      clientBug("Group.leave() called more times than enter() (count -1)")
+      clientBug("Group.leave() called more times than enter() (count \(Int(count) - 1))")
     case 1:
       // The carry ended generation `previous >> 32`.
       let keptAlive = owner
