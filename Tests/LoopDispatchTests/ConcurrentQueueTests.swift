@@ -5,6 +5,36 @@ import TestSupport
 import Testing
 
 @Suite struct ConcurrentQueueTests {
+  /// Items in flight keep their concurrent queue alive (the pool's jobs hold it unretained:
+  /// the queue retains itself while items run), and the queue is freed once they finish.
+  @Test func itemsInFlightKeepTheirQueueAliveAndItIsFreedAfterThem() {
+    let release = Latch()
+    let started = Counter()
+    let allStarted = Latch()
+    let finished = Latch()
+    let freed = Latch()
+    weak var weakQueue: Queue?
+    do {
+      let queue = Queue(label: "in-flight", attributes: .concurrent)
+      queue.setFinalizer { _ in freed.open() }
+      weakQueue = queue
+      for _ in 0..<3 {
+        queue.async {
+          if started.increment() == 3 { allStarted.open() }
+          _ = release.wait(seconds: 30)
+        }
+      }
+      queue.async(flags: .barrier) { finished.open() }
+      #expect(allStarted.wait(seconds: 30))
+    }
+    // Our reference is gone; the items (and the barrier behind them) still hold the queue.
+    #expect(weakQueue != nil)
+    #expect(!freed.wait(seconds: 0))
+    release.open()
+    #expect(finished.wait(seconds: 30))
+    #expect(freed.wait(seconds: 30))
+  }
+
   @Test func itemsReallyRunInParallel() {
     let queue = Queue(label: "parallel", attributes: .concurrent)
     // Two items that can only finish if both are running at the same time.

@@ -26,7 +26,8 @@ enum PoolJob: Sendable {
   case groupedFunction(CFunctionCall, GroupReference)
   /// A started item of a custom concurrent queue whose target is a global queue
   /// (`Queue.forward`): no wrapping closure.
-  case concurrentItem(Queue, QueueWork, enqueuedAt: UInt64)
+  /// The queue is held unretained: it keeps itself alive while items are in flight.
+  case concurrentItem(QueueReference, QueueWork, enqueuedAt: UInt64)
 
   @inline(__always)
   func run() {
@@ -48,7 +49,9 @@ enum PoolJob: Sendable {
       call.run()
       group.leave()
     case .concurrentItem(let queue, let work, let enqueuedAt):
-      queue.runConcurrentItem(work, enqueuedAt: enqueuedAt)
+      // Borrowed for the call: `runConcurrentItem` may drop the queue's last reference
+      // as its last step (rule 4 of `Queue+Concurrent.swift`).
+      queue.queue._withUnsafeGuaranteedRef { $0.runConcurrentItem(work, enqueuedAt: enqueuedAt) }
     }
   }
 }
@@ -64,4 +67,12 @@ struct GroupReference: @unchecked Sendable {
   /// reference is guaranteed for the call only, with no retain or release around it.
   @inline(__always)
   func leave() { group._withUnsafeGuaranteedRef { $0.leave() } }
+}
+
+/// A concurrent queue an item runs on, held without a retain (see `PoolJob.concurrentItem`).
+struct QueueReference: @unchecked Sendable {
+  // @unchecked Sendable: `Queue` is Sendable; this only carries it unretained.
+  let queue: Unmanaged<Queue>
+
+  init(_ queue: Queue) { self.queue = Unmanaged.passUnretained(queue) }
 }

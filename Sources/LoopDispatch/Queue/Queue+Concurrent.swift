@@ -10,6 +10,10 @@ import Synchronization
 /// 2. When an item finishes, the lock is taken again and the longest startable prefix of
 ///    `pending` starts: a run of plain items up to the width, or one barrier alone.
 /// 3. Suspension and inactivity stop step 1 and 2 from starting anything.
+/// 4. Lifetime: while any item has started and not finished (`inFlight > 0`) the queue keeps
+///    itself alive with one retain, taken by the start that leaves zero and dropped by the
+///    finish that returns to it (after its last access to the queue) — so the items in
+///    flight, in the pool's jobs, hold it unretained (`PoolJob.concurrentItem`).
 struct ConcurrentState {
   var pending = RingBuffer<TimedWork>(capacity: 16)
   var running = 0
@@ -28,6 +32,9 @@ struct ConcurrentState {
     if inactive || suspendCount > 0 || barrierRunning { return false }
     return barrier ? running == 0 : running < width
   }
+
+  /// Items started and not finished (a running barrier counts one).
+  var inFlight: Int { running + (barrierRunning ? 1 : 0) }
 
   mutating func markStarted(barrier: Bool) {
     if barrier { barrierRunning = true } else { running += 1 }
@@ -59,18 +66,22 @@ struct TimedWork {
 extension Queue {
   func concurrentEnqueue(_ work: QueueWork) {
     let enqueuedAt = Ticks.now()
-    let startNow = withHolderCountersAndState { counters, state -> Bool in
+    let (startNow, wasIdle) = withHolderCountersAndState { counters, state -> (Bool, Bool) in
       // Counted under the lock: a plain load and store, no read-modify-write.
       counters.submitted.store(
         counters.submitted.load(ordering: .relaxed) &+ 1, ordering: .relaxed)
       if state.pending.isEmpty && state.canStart(barrier: work.isBarrier) {
+        let wasIdle = state.inFlight == 0
         state.markStarted(barrier: work.isBarrier)
-        return true
+        return (true, wasIdle)
       }
       state.pending.append(TimedWork(work: work, enqueuedAt: enqueuedAt))
-      return false
+      return (false, false)
     }
-    if startNow { forward(work, enqueuedAt: enqueuedAt) }
+    guard startNow else { return }
+    // Rule 4: before the item can run (and finish).
+    if wasIdle { _ = Unmanaged.passUnretained(self).retain() }
+    forward(work, enqueuedAt: enqueuedAt)
   }
 
   /// Runs `body` under the concurrent state's lock with the queue's counters (created with
@@ -98,7 +109,8 @@ extension Queue {
     // Borrowed: every target a queue ever had stays alive as long as the queue.
     unmanagedTarget!._withUnsafeGuaranteedRef { target in
       if case .root(let priority, let overcommit) = target.kind {
-        let job = PoolJob.concurrentItem(self, work, enqueuedAt: enqueuedAt)
+        // Unretained: the queue keeps itself alive while items are in flight (rule 4).
+        let job = PoolJob.concurrentItem(QueueReference(self), work, enqueuedAt: enqueuedAt)
         if overcommit {
           WorkerPool.shared.submitOvercommit(job, priority: priority)
         } else {
@@ -136,14 +148,26 @@ extension Queue {
   /// Runs `change` under the lock, then forwards what may start, `startBatch` items per
   /// hold of the lock (from a buffer on the stack: no allocation), until nothing may.
   @inline(__always)
+  ///
+  /// Keeps rule 4: if items were in flight before `change` and none are after the last
+  /// hold, the queue's own retain is dropped — last, after every access to the queue; if
+  /// none were and some are, it is taken before they are forwarded.
   private func startPending(_ change: (QueueCounters, inout ConcurrentState) -> Void) {
+    var wasActive = false
+    var isActive = false
     withUnsafeTemporaryAllocation(of: TimedWork.self, capacity: Self.startBatch) { buffer in
       var first = true
       while true {
         let count = withHolderCountersAndState { counters, state -> Int in
-          if first { change(counters, &state) }
-          return state.pending.isEmpty ? 0 : state.takeStartable(into: buffer)
+          if first {
+            wasActive = state.inFlight > 0
+            change(counters, &state)
+          }
+          let count = state.pending.isEmpty ? 0 : state.takeStartable(into: buffer)
+          isActive = state.inFlight > 0
+          return count
         }
+        if first && !wasActive && isActive { _ = Unmanaged.passUnretained(self).retain() }
         first = false
         for index in 0..<count {
           // Safe: `takeStartable` initialised slots 0..<count; each is moved out once.
@@ -153,6 +177,8 @@ extension Queue {
         if count < Self.startBatch { return }
       }
     }
+    // Rule 4: the last access to the queue (this release may free it).
+    if wasActive && !isActive { Unmanaged.passUnretained(self).release() }
   }
 
   /// Runs a child's item on this queue: for root queues, straight on the pool.
@@ -173,13 +199,17 @@ extension Queue {
   /// the whole queue, for a barrier) under the lock and returns true, or returns false.
   func concurrentTrySyncStart(barrier: Bool) -> Bool {
     guard targetIsRoot.load(ordering: .relaxed) else { return false }
-    return concurrentState!.withLock { state in
+    let (started, wasIdle) = concurrentState!.withLock { state -> (Bool, Bool) in
       guard state.pending.isEmpty, state.canStart(barrier: barrier) else {
-        return false
+        return (false, false)
       }
+      let wasIdle = state.inFlight == 0
       state.markStarted(barrier: barrier)
-      return true
+      return (true, wasIdle)
     }
+    // Rule 4 (the caller's `concurrentFinished` drops it).
+    if wasIdle { _ = Unmanaged.passUnretained(self).retain() }
+    return started
   }
 
   /// Sets the width of this concurrent queue; see ``Queue/setWidth(_:)``.
