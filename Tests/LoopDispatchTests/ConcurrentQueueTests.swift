@@ -35,6 +35,31 @@ import Testing
     #expect(freed.wait(seconds: 30))
   }
 
+  /// Many items waiting behind a barrier start in several holds of the queue's lock when it
+  /// ends, while the first of them may already finish: with the caller's reference gone, the
+  /// queue must live until the last one (AddressSanitizer, in `make test-leaks`, sees a use
+  /// after free if it does not).
+  @Test func aLongRunReleasedByABarrierOutlivesTheLastReference() {
+    for _ in 0..<20 {
+      let release = Latch()
+      let ran = Counter()
+      let allRan = Latch()
+      let freed = Latch()
+      let items = 200
+      do {
+        let queue = Queue(label: "long-run", attributes: .concurrent)
+        queue.setFinalizer { _ in freed.open() }
+        queue.async(flags: .barrier) { _ = release.wait(seconds: 30) }
+        for _ in 0..<items {
+          queue.async { if ran.increment() == items { allRan.open() } }
+        }
+      }
+      release.open()
+      #expect(allRan.wait(seconds: 30))
+      #expect(freed.wait(seconds: 30))
+    }
+  }
+
   @Test func itemsReallyRunInParallel() {
     let queue = Queue(label: "parallel", attributes: .concurrent)
     // Two items that can only finish if both are running at the same time.

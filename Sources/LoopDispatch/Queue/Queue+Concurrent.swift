@@ -133,7 +133,7 @@ extension Queue {
   }
 
   /// Items started at most per hold of the lock by `startPending`.
-  private static let startBatch = 16
+  private static let startBatch = 32
 
   /// Records a finished item and starts whatever may start now.
   func concurrentFinished(barrier: Bool) {
@@ -149,36 +149,47 @@ extension Queue {
   /// hold of the lock (from a buffer on the stack: no allocation), until nothing may.
   @inline(__always)
   ///
-  /// Keeps rule 4: if items were in flight before `change` and none are after the last
-  /// hold, the queue's own retain is dropped — last, after every access to the queue; if
-  /// none were and some are, it is taken before they are forwarded.
+  /// Keeps rule 4, deciding under the lock, hold by hold: a hold that takes `inFlight` from
+  /// above zero to zero (only the first can, with `change`) owes the queue's release, done
+  /// last, after every access to the queue; a hold that takes it from zero to above zero
+  /// (any, if other threads finished everything meanwhile) retains before it forwards.
   private func startPending(_ change: (QueueCounters, inout ConcurrentState) -> Void) {
-    var wasActive = false
-    var isActive = false
+    var owesRelease = false
+    var holding = false
     withUnsafeTemporaryAllocation(of: TimedWork.self, capacity: Self.startBatch) { buffer in
       var first = true
       while true {
-        let count = withHolderCountersAndState { counters, state -> Int in
-          if first {
-            wasActive = state.inFlight > 0
-            change(counters, &state)
-          }
+        let (count, before, after) = withHolderCountersAndState {
+          counters, state -> (Int, Int, Int) in
+          let before = state.inFlight
+          if first { change(counters, &state) }
           let count = state.pending.isEmpty ? 0 : state.takeStartable(into: buffer)
-          isActive = state.inFlight > 0
-          return count
+          return (count, before, state.inFlight)
         }
-        if first && !wasActive && isActive { _ = Unmanaged.passUnretained(self).retain() }
         first = false
+        if before == 0 && after > 0 {
+          _ = Unmanaged.passUnretained(self).retain()
+        } else if before > 0 && after == 0 {
+          owesRelease = true
+        }
+        // Another hold follows: the items forwarded below may all finish meanwhile and drop
+        // the queue's own retain, and the caller may hold the queue unretained (a pool job),
+        // so keep it for the rest of this call. (Taken while items are in flight: alive.)
+        if count == Self.startBatch && !holding {
+          _ = Unmanaged.passUnretained(self).retain()
+          holding = true
+        }
         for index in 0..<count {
           // Safe: `takeStartable` initialised slots 0..<count; each is moved out once.
           let item = (buffer.baseAddress! + index).move()
           forward(item.work, enqueuedAt: item.enqueuedAt)
         }
-        if count < Self.startBatch { return }
+        if count < Self.startBatch { break }
       }
     }
-    // Rule 4: the last access to the queue (this release may free it).
-    if wasActive && !isActive { Unmanaged.passUnretained(self).release() }
+    // Rule 4: the last accesses to the queue (either release may free it).
+    if owesRelease { Unmanaged.passUnretained(self).release() }
+    if holding { Unmanaged.passUnretained(self).release() }
   }
 
   /// Runs a child's item on this queue: for root queues, straight on the pool.
