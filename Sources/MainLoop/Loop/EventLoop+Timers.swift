@@ -165,15 +165,21 @@ extension EventLoop {
       liveTimers.wrappingSubtract(1, ordering: .relaxed)
       return
     }
-    timers.insert(timer)
-    if timers.first === timer { rearmTimerFD() }
+    if timers.insert(timer) { rearmTimerFD() }
   }
 
   /// Removes a cancelled timer and releases its closure. Loop thread only.
+  ///
+  /// The heap entry stays until it comes out or the heap compacts (lazy removal, see
+  /// `TimerHeap`); the timer no longer counts as pending from now on.
   func removeTimer(_ timer: LoopTimer) {
-    if timer.heapIndex >= 0 {
-      timers.remove(timer)
+    if timer.heapState == .queued {
+      timers.markRemoved(timer)
       liveTimers.wrappingSubtract(1, ordering: .relaxed)
+      // The earliest entry stays live, so that an insertion compares with a live deadline
+      // (`insertTimer` re-arms only for a new earliest).
+      timers.dropRemovedFirst()
+      timers.compactIfMostlyRemoved()
     }
     timer.handler = nil
     // The timerfd may stay armed for the removed deadline: the wake-up finds nothing due.
@@ -198,19 +204,24 @@ extension EventLoop {
       fireTimersDue(at: now)
       timerPassObserver?()
       now = currentTimeNanoseconds()
-      guard let next = timers.first, next.deadline <= now else { break }
+      guard let next = timers.firstDeadline, next <= now else { break }
     }
     rearmTimerFD()
   }
 
   /// Fires every timer due at `now`, in deadline order. Loop thread only.
   private func fireTimersDue(at now: UInt64) {
-    while let timer = timers.first, timer.deadline <= now {
-      timers.remove(timer)
+    // Counted here and published once per pass (fewer writes to lines other threads read).
+    var fired: UInt64 = 0
+    var finished = 0
+    while let deadline = timers.firstDeadline, deadline <= now {
+      let (timer, wasRemoved) = timers.popFirst()
+      // A removed timer was already uncounted (`removeTimer`).
+      if wasRemoved { continue }
       // Acquiring; pairs with the releasing exchange in `LoopTimer.cancel()`.
       guard !timer.isCancelled, let handler = timer.handler else {
         timer.handler = nil
-        liveTimers.wrappingSubtract(1, ordering: .relaxed)
+        finished += 1
         continue
       }
       if timer.isRepeating {
@@ -221,22 +232,33 @@ extension EventLoop {
         timers.insert(timer)
       } else {
         timer.handler = nil
-        liveTimers.wrappingSubtract(1, ordering: .relaxed)
+        finished += 1
       }
-      // Single writer (the loop thread): a plain load-then-store is enough.
-      timersFired.store(timersFired.load(ordering: .relaxed) &+ 1, ordering: .relaxed)
+      fired &+= 1
       handler.run()
     }
+    if finished > 0 { liveTimers.wrappingSubtract(finished, ordering: .relaxed) }
+    // Single writer (the loop thread): a plain load-then-store is enough.
+    if fired > 0 {
+      timersFired.store(timersFired.load(ordering: .relaxed) &+ fired, ordering: .relaxed)
+    }
+  }
+
+  /// Pops the removed entries off the top of the heap (so that the timerfd is not armed for
+  /// a cancelled timer) and returns the earliest live deadline. Loop thread only.
+  private func earliestLiveDeadline() -> UInt64? {
+    timers.dropRemovedFirst()
+    return timers.firstDeadline
   }
 
   /// Arms the timerfd for the earliest deadline, or disarms it; on a virtual-time loop only
   /// records the instant (the simulated descriptor). Loop thread only.
   private func rearmTimerFD() {
     var wanted: UInt64 = 0
-    if let first = timers.first, first.deadline != .max {
+    if let first = earliestLiveDeadline(), first != .max {
       // 0 would mean "disarm" to timerfd_settime. A deadline inside the coalescing window
       // of the last expiry waits for the window's end (never earlier than the deadline).
-      wanted = max(first.deadline, lastTimerExpiry &+ Self.timerCoalescingNanoseconds, 1)
+      wanted = max(first, lastTimerExpiry &+ Self.timerCoalescingNanoseconds, 1)
     }
     if wanted == armedTimerDeadline { return }
     if !isVirtualTime && cls_timerfd_set_abs(timerFD, wanted) != 0 {
