@@ -4,18 +4,20 @@ import CLoopShims
 ///
 /// Firing walk-through (`handleTimerExpiry`, loop thread):
 /// 1. The timerfd (absolute `CLOCK_MONOTONIC`) becomes readable at or after the earliest
-///    deadline; the kernel never fires it early, and step 2 re-checks anyway.
+///    deadline; the kernel never fires it early, and step 2 re-checks anyway. It is not
+///    read: step 5 always sets it, which resets its count.
 /// 2. Read the clock once; pop every timer whose deadline is at or before that instant.
 /// 3. A cancelled timer is dropped. A repeating timer is re-inserted at its next deadline
 ///    after the instant (missed periods are skipped, not bunched) before its handler runs, so
 ///    the handler may cancel it. A one-shot timer drops its closure before running it.
 /// 4. After each pass the loop's timer-pass observer runs, if one is set (LoopDispatch's
 ///    service loop submits the work of the `after`s that fired, one batch per queue).
-/// 5. Re-arm the timerfd for the new earliest deadline (disarm when none is left), issuing a
-///    system call only when that deadline changed. A deadline closer than
-///    ``timerCoalescingNanoseconds`` to this expiry is armed for the end of that window
-///    instead: dense timers are fired in groups, one wake-up and one `timerfd_settime` per
-///    window, rather than one each (see ``timerCoalescingNanoseconds``).
+/// 5. Re-arm the timerfd for the new earliest deadline (disarm when none is left): one
+///    system call per expiry, and otherwise only when that deadline changed. A deadline
+///    closer than ``timerCoalescingNanoseconds`` to this expiry is armed for the end of that
+///    window instead: dense timers are fired in groups, one wake-up and one
+///    `timerfd_settime` per window, rather than one each (see
+///    ``timerCoalescingNanoseconds``).
 ///
 /// A virtual-time loop (`EventLoop+VirtualTime.swift`) runs steps 2–5 unchanged, with its
 /// virtual clock as "the clock": `armedTimerDeadline` is then the simulated timer descriptor,
@@ -186,9 +188,14 @@ extension EventLoop {
   }
 
   /// Runs when the timerfd is readable. Loop thread only.
+  ///
+  /// The descriptor is not read: the re-arm that ends every expiry (`rearmTimerFD`, a
+  /// disarm when no timer is left) is a `timerfd_settime`, which resets the expiration
+  /// count, so the descriptor is not readable at the next poll. One system call fewer per
+  /// wake-up.
   func handleTimerExpiry() {
     noteAwake()
-    Syscall.drainCounter(timerFD)
+    timerFDExpired = true
     fireTimerPasses()
   }
 
@@ -260,10 +267,12 @@ extension EventLoop {
       // of the last expiry waits for the window's end (never earlier than the deadline).
       wanted = max(first, lastTimerExpiry &+ Self.timerCoalescingNanoseconds, 1)
     }
-    if wanted == armedTimerDeadline { return }
+    // An expired descriptor is set even to the same value (a disarm): that resets its count.
+    if wanted == armedTimerDeadline && !timerFDExpired { return }
     if !isVirtualTime && cls_timerfd_set_abs(timerFD, wanted) != 0 {
       internalBug("timerfd_settime failed: errno \(cls_errno())")
     }
     armedTimerDeadline = wanted
+    timerFDExpired = false
   }
 }

@@ -82,6 +82,10 @@ public final class EventLoop: @unchecked Sendable {
   var timers = TimerHeap()
   /// The deadline the timer descriptor is armed for (0: disarmed). Only touched on the loop thread.
   var armedTimerDeadline: UInt64 = 0
+  /// Whether the timer descriptor expired and has not been set since: it stays readable
+  /// until the next `timerfd_settime`, which resets its count (so no `read` is needed; see
+  /// `handleTimerExpiry`). Only touched on the loop thread.
+  var timerFDExpired = false
   /// What this loop's timers hold instead of the loop (see `LoopAnchor`). Set once, at the
   /// end of `init`, before the loop is shared; read-only afterwards.
   private(set) var timerAnchor: LoopAnchor!
