@@ -1,4 +1,5 @@
 import Glibc
+import MainLoop
 import Synchronization
 import TestSupport
 import Testing
@@ -108,6 +109,19 @@ import Testing
     withExtendedLifetime((timed, past, cancelled)) {}
   }
 
+  /// A timer is allocated on the scheduling thread and freed on the service thread: at 120
+  /// bytes or less glibc frees it into a fastbin, without the arena's lock (see
+  /// `DelayedWork`). A stored property added to `LoopTimer` or `DelayedWork` must keep that.
+  @Test func aDelayedWorkFitsGlibcsFastbins() {
+    let loop = EventLoop(name: "size", clock: .virtual())
+    let delayed = Queue.global().after(deadline: .distantFuture, on: loop) {}
+    // Safe: the object is alive (held by `delayed`); its address is the start of its heap
+    // block, which is all `malloc_usable_size` reads.
+    let usable = mallocUsableSize(Unmanaged.passUnretained(delayed).toOpaque())
+    #expect(usable <= 120)
+    delayed.cancel()
+  }
+
   /// A chain appended in one push sits between single pushes in order, counted at once.
   @Test func aChainPushKeepsOrderBetweenSinglePushes() {
     let lane = InjectionQueue()
@@ -141,3 +155,7 @@ import Testing
     #expect(log.value == [0, 1, 2, 3, 4, 5])
   }
 }
+
+/// glibc's `malloc_usable_size` (not in the Glibc module's headers).
+@_silgen_name("malloc_usable_size")
+private func mallocUsableSize(_ pointer: UnsafeMutableRawPointer?) -> Int

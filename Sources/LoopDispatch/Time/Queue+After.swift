@@ -37,6 +37,13 @@ enum DelayedWorkItem: Sendable {
 /// released by `cancel()` itself). Only the winner touches `item`; a later `cancel()` only
 /// sets its bit. `cancel()` also removes the timer from its loop (``LoopTimer/cancel()``).
 ///
+/// Size: 120 bytes (checked by a test), the largest request glibc serves from its fastbins.
+/// A timer is allocated by the scheduling thread and freed by the service thread; above
+/// that size each free took the allocating arena's lock (against the scheduler's mallocs)
+/// and consolidated chunks, which showed as `_int_free`, `unlink_chunk` and lock waits on
+/// the service thread (perf, after_dense). Fastbin frees take no lock. Hence the one-byte
+/// fields sit beside one another here and in `LoopTimer`.
+///
 /// Thread-safety: any thread.
 public final class DelayedWork: LoopTimer, @unchecked Sendable {
   // @unchecked Sendable: `item` is written in init and afterwards only by the thread that
@@ -47,13 +54,13 @@ public final class DelayedWork: LoopTimer, @unchecked Sendable {
   private static let cancelledState: UInt8 = 2
 
   private let state = Atomic<UInt8>(0)
+  /// Immutable. Whether the timer is on the service loop, whose fires are submitted in one
+  /// batch per queue per pass; decided by the caller, which chose the loop, so that neither
+  /// this init nor a fire loads a loop. (Declared beside `state`, in its padding.)
+  private let firesInBatches: Bool
   private var item: DelayedWorkItem?
   /// The queue the work will be submitted to.
   public let queue: Queue
-  /// Immutable. Whether the timer is on the service loop, whose fires are submitted in one
-  /// batch per queue per pass; decided by the caller, which chose the loop, so that neither
-  /// this init nor a fire loads a loop.
-  private let firesInBatches: Bool
 
   init(
     queue: Queue, loop: EventLoop, deadline: Deadline, item: DelayedWorkItem,

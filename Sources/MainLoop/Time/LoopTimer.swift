@@ -35,13 +35,16 @@ open class LoopTimer: @unchecked Sendable {
   var deadline: UInt64
   /// Tie-breaker so equal deadlines fire in scheduling order. Only touched on the loop thread.
   var sequence: UInt64 = 0
-  /// Whether the timer is in its loop's heap, and if so whether it was removed from it
-  /// (cancelled: removal is lazy, see `TimerHeap`). Only touched on the loop thread.
-  var heapState: TimerHeap.Membership = .outside
   /// What the timer does; dropped (releasing the closure's captures, or the reference a
   /// self-handling timer holds on itself) once the timer is done or cancelled. Only touched
   /// on the loop thread once scheduled.
   var handler: LoopTimerAction?
+  // The one-byte fields follow the 17-byte `handler` so that they fill its padding (the
+  // stored properties are laid out in declaration order): see `DelayedWork` for why the
+  // size matters.
+  /// Whether the timer is in its loop's heap, and if so whether it was removed from it
+  /// (cancelled: removal is lazy, see `TimerHeap`). Only touched on the loop thread.
+  var heapState: TimerHeap.Membership = .outside
   /// Atomic. Set once by `cancel()`; the loop checks it (acquiring) before each fire.
   private let cancelled = Atomic<Bool>(false)
 
