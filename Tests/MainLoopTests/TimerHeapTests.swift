@@ -133,4 +133,21 @@ import Testing
     #expect(fires.value == [start + .milliseconds(25), start + .milliseconds(40)])
     #expect(expectClean(loop))
   }
+
+  /// The loop counts fires and finished timers per pass, but a closure handler (user code,
+  /// which may tell another thread to look) sees exact counts: its own timer no longer
+  /// pending, and counted as fired.
+  @Test func aClosureHandlerSeesExactCounts() {
+    let loop = virtualLoop("heap-counts")
+    let seen = LoopConfined([(pending: Int, fired: UInt64)]())
+    @Sendable func record() { seen.value.append((loop.pendingTimerCount, loop.timerFireCount)) }
+    let cancelled = loop.schedule(at: start + .milliseconds(5), record)
+    for _ in 0..<3 { loop.schedule(at: start + .milliseconds(10), record) }
+    loop.schedule(at: start + .milliseconds(20), record)
+    cancelled.cancel()
+    loop.advance(by: .milliseconds(30))
+    #expect(seen.value.map(\.pending) == [3, 2, 1, 0])
+    #expect(seen.value.map(\.fired) == [1, 2, 3, 4])
+    #expect(expectClean(loop))
+  }
 }

@@ -218,9 +218,22 @@ extension EventLoop {
 
   /// Fires every timer due at `now`, in deadline order. Loop thread only.
   private func fireTimersDue(at now: UInt64) {
-    // Counted here and published once per pass (fewer writes to lines other threads read).
+    // Counted here and published before a closure handler runs and at the end of the pass
+    // (fewer writes to a line the scheduling threads write). A closure handler is user code
+    // that may look at the counts (`pendingTimerCount`, `timerFireCount`) or tell another
+    // thread to, so they are exact when it starts; a target handler (`DelayedWork`) only
+    // hands its work to the pass's batch, which the observer submits after the pass.
     var fired: UInt64 = 0
     var finished = 0
+    func publishCounts() {
+      if finished > 0 { liveTimers.wrappingSubtract(finished, ordering: .relaxed) }
+      // Single writer (the loop thread): a plain load-then-store is enough.
+      if fired > 0 {
+        timersFired.store(timersFired.load(ordering: .relaxed) &+ fired, ordering: .relaxed)
+      }
+      finished = 0
+      fired = 0
+    }
     while let deadline = timers.firstDeadline, deadline <= now {
       let (timer, wasRemoved) = timers.popFirst()
       // A removed timer was already uncounted (`removeTimer`).
@@ -242,13 +255,10 @@ extension EventLoop {
         finished += 1
       }
       fired &+= 1
+      if case .closure = handler { publishCounts() }
       handler.run()
     }
-    if finished > 0 { liveTimers.wrappingSubtract(finished, ordering: .relaxed) }
-    // Single writer (the loop thread): a plain load-then-store is enough.
-    if fired > 0 {
-      timersFired.store(timersFired.load(ordering: .relaxed) &+ fired, ordering: .relaxed)
-    }
+    publishCounts()
   }
 
   /// Pops the removed entries off the top of the heap (so that the timerfd is not armed for
