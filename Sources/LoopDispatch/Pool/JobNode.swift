@@ -15,15 +15,20 @@ import Synchronization
 /// reads or writes `job` and `enqueuedAt`; `next` is atomic because an injection queue's
 /// consumer reads it while the producer that linked the node may still be writing it.
 struct JobNode: ~Copyable {
-  /// The next node: in an injection queue (written by the producer that appended the
-  /// following node, read by the consumer), or in a free list (owner only, relaxed).
-  let next = Atomic<UInt>(0)
   /// The job; nil while the node is free or is an injection queue's dummy.
   var job: PoolJob?
   /// `Ticks` at submission, for the global queues' wait figures.
   var enqueuedAt: UInt64 = 0
   /// The lane (priority raw value) the job was submitted at.
   var lane: Int = 0
+  /// The next node: in an injection queue (written by the producer that appended the
+  /// following node, read by the consumer), or in a free list (owner only, relaxed).
+  ///
+  /// Last, not first: ThreadSanitizer records a Swift access to `job` through `pointee` as
+  /// an access at the node's address, and with `next` there it reported a consumer taking
+  /// the tail node's job while a producer linked the following node (different fields) as
+  /// a race.
+  let next = Atomic<UInt>(0)
 }
 
 /// A pointer to a pool-managed node.

@@ -35,11 +35,13 @@ extension WorkerPool {
   @inline(__always)
   func fillRunNext(of owner: Worker, with node: JobNodePointer) -> Bool {
     guard owner.runNext.load(ordering: .relaxed) == 0 else { return false }
+    // Read before the store: once in the slot, a rescuer may take the node away.
+    let lane = node.pointee.lane
     // Sequentially consistent: with `slottedJobs` below, pairs with the supervisor's sleep
     // check (`hasWaitingWork`); releasing, so a rescuer that exchanges it out sees the job.
     owner.runNext.store(node.nodeBits, ordering: .sequentiallyConsistent)
     slottedJobs.wrappingAdd(1, ordering: .sequentiallyConsistent)
-    owner.figures.countLocalSubmission(lane: node.pointee.lane)
+    owner.figures.countLocalSubmission(lane: lane)
     return true
   }
 

@@ -177,8 +177,10 @@ final class WorkerPool: @unchecked Sendable {
         supervisor.noteWorkWaiting()
         return
       }
-      if worker.local[node.pointee.lane].push(node) {
-        worker.figures.countLocalSubmission(lane: node.pointee.lane)
+      // Read before the push: once published, the node may be stolen, run and recycled.
+      let lane = node.pointee.lane
+      if worker.local[lane].push(node) {
+        worker.figures.countLocalSubmission(lane: lane)
         notifyWork()
         return
       }
