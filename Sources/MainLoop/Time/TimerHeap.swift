@@ -71,6 +71,7 @@ struct TimerHeap: ~Copyable {
   /// The earliest entry's timer (possibly a removed one), unretained: valid while it stays
   /// in the heap.
   var firstTimer: LoopTimer? {
+    // Safe: entry 0 is initialised when count > 0, and its retain keeps the timer alive.
     count > 0 ? entries[0].timer.takeUnretainedValue() : nil
   }
 
@@ -95,6 +96,8 @@ struct TimerHeap: ~Copyable {
   /// The heap must not be empty.
   mutating func popFirst() -> (timer: LoopTimer, wasRemoved: Bool) {
     precondition(count > 0, "popFirst on an empty timer heap")
+    // Safe: entry 0 is initialised (count > 0) and holds one retain (rule 1), handed to the
+    // caller here; the entry is overwritten or left beyond `count` below.
     let timer = entries[0].timer.takeRetainedValue()
     count -= 1
     if count > 0 { siftDown(entries[count], from: 0) }
@@ -155,6 +158,8 @@ struct TimerHeap: ~Copyable {
     var all: [LoopTimer] = []
     all.reserveCapacity(count)
     for index in 0..<count {
+      // Safe: the entries below `count` are initialised, each holding one retain (rule 1),
+      // handed to the array; `count` is reset below, so none is released twice.
       let timer = entries[index].timer.takeRetainedValue()
       timer.heapState = .outside
       all.append(timer)
@@ -176,6 +181,8 @@ struct TimerHeap: ~Copyable {
   }
 
   /// Moves `entry`, which belongs at `start` or above, up to its place; returns the index.
+  /// Safe: every index read (`start`'s ancestors) is below `count`, so initialised; `start`
+  /// itself is a slot below `capacity` whose old entry the caller has taken.
   @inline(__always)
   private mutating func siftUp(_ entry: Entry, from start: Int) -> Int {
     var hole = start
@@ -189,8 +196,9 @@ struct TimerHeap: ~Copyable {
     return hole
   }
 
-  /// Moves `entry`, which belongs at `start` or below, down to its place. Indices below
-  /// `count` are initialised.
+  /// Moves `entry`, which belongs at `start` or below, down to its place. Safe: only
+  /// indices below `count` are read (the children are bounded by it), and those are
+  /// initialised; entries are trivial, so overwriting one is a plain store.
   @inline(__always)
   private mutating func siftDown(_ entry: Entry, from start: Int) {
     var hole = start
