@@ -266,16 +266,18 @@ public func cLoopdispatchAfterF(
   _ when: UInt64, _ queue: UnsafeMutableRawPointer?, _ context: UnsafeMutableRawPointer?,
   _ work: (@convention(c) (UnsafeMutableRawPointer?) -> Void)?, _ barrier: Int32
 ) {
-  let call = CWork(function: cWork(work, "dispatch_after_f"), context: context)
+  let function = cWork(work, "dispatch_after_f")
   let target = CHandle.queue(queue, "dispatch_after_f")
   guard let deadline = CTime.deadline(when) else { return }  // FOREVER: never.
   if barrier != 0, target.isConcurrent {
     // A barrier on a custom concurrent queue: when the time comes, submit it as a barrier
     // (the timer itself lives beside the queue's global queue).
+    let call = CWork(function: function, context: context)
     Queue.global().after(deadline: deadline) { target.async(flags: .barrier) { call.run() } }
     return
   }
-  target.after(deadline: deadline) { call.run() }
+  // The function and context ride in the timer itself: no closure to allocate.
+  target.after(deadline: deadline, CFunctionCall(function: function, context: context))
 }
 
 @_cdecl("dispatch_main")

@@ -51,6 +51,28 @@ import Testing
     far.cancel()
   }
 
+  /// The timer descriptor is never read: the set that ends each expiry (a disarm when no
+  /// timer is left) resets its count, so it is not readable afterwards (a readable one would
+  /// wake every poll).
+  @Test func anExpiredTimerDescriptorIsResetByItsReArm() {
+    let loop = boundLoop("timerfd-reset")
+    let fired = LoopConfined(0)
+    func isReadable() -> Bool {
+      var entry = pollfd(fd: loop.timerFD, events: Int16(POLLIN), revents: 0)
+      return poll(&entry, 1, 0) == 1 && entry.revents & Int16(POLLIN) != 0
+    }
+    loop.schedule(after: .milliseconds(1)) { fired.value += 1 }
+    loop.run(until: { fired.value == 1 })
+    #expect(loop.armedTimerDeadline == 0)  // Disarmed: nothing is left.
+    #expect(!isReadable())
+    loop.schedule(after: .milliseconds(1)) { fired.value += 1 }
+    let far = loop.schedule(after: .seconds(60)) {}
+    loop.run(until: { fired.value == 2 })
+    #expect(loop.armedTimerDeadline == far.deadline)  // Re-armed for the one left.
+    #expect(!isReadable())
+    far.cancel()
+  }
+
   /// 200 timers 5 µs apart (closer than the window): every one fires, none early.
   @Test func denseTimersAllFireAndNeverEarly() {
     let loop = EventLoop(name: "dense")

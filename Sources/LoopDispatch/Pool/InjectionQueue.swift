@@ -78,6 +78,23 @@ struct InjectionQueue: ~Copyable {
     JobNodePointer(nodeBits: previous).pointee.next.store(node.nodeBits, ordering: .releasing)
   }
 
+  /// Appends the chain `first`...`last` of `count` nodes (their jobs set, linked through
+  /// `next`, owned by the caller until now) as one push: one count, one exchange and one
+  /// link for the whole chain. Any thread.
+  @inline(__always)
+  func pushChain(first: JobNodePointer, last: JobNodePointer, count: Int) {
+    last.pointee.next.store(0, ordering: .relaxed)
+    // As in `push`: counted (sequentially consistent) before any node can be taken.
+    pushed.wrappingAdd(UInt64(count), ordering: .sequentiallyConsistent)
+    // Acquiring and releasing, as in `push`: releases the chain's nodes and links (written
+    // before, by this thread) to whoever follows the link below.
+    let previous = tail.exchange(last.nodeBits, ordering: .acquiringAndReleasing)
+    // Releasing: a consumer's acquiring load of this link sees every node of the chain and
+    // the links between them (all written before this store). The links inside the chain
+    // are never zero, so a consumer waits only here, as for a single push.
+    JobNodePointer(nodeBits: previous).pointee.next.store(first.nodeBits, ordering: .releasing)
+  }
+
   /// Takes up to `limit` jobs in order: the first is returned, the others are handed to
   /// `overflow` (the caller's local queue) in order. Returns nil without waiting if the
   /// queue is empty or another consumer holds it. Worker threads.

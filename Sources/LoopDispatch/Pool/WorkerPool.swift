@@ -207,21 +207,30 @@ final class WorkerPool: @unchecked Sendable {
     notifyWork()
   }
 
-  /// Queues `jobs` at `priority`, in order, with at most one wake-up (the chained wake-up of
+  /// Queues `jobs` at `priority`, in order, as one chain appended to the lane's injection
+  /// queue (`InjectionQueue.pushChain`) with at most one wake-up (the chained wake-up of
   /// `takeFromInjection` spreads a long batch over the others). For the service loop's fired
   /// `after` timers (`Time/TimerFireBatch.swift`). Thread-safety: any thread.
   func submitBatch<Jobs: Sequence<PoolJob>>(_ jobs: Jobs, priority: Priority) {
     let now = Ticks.now()
+    var first: JobNodePointer?
+    var last: JobNodePointer?
     var count = 0
     for job in jobs {
       let node = NodeCache.take()
+      // Safe: the node is ours until the chain is published below; the links are plain
+      // (relaxed) stores, published by `pushChain`'s releasing operations.
       node.pointee.job = job
       node.pointee.lane = priority.rawValue
       node.pointee.enqueuedAt = now
-      injection[priority.rawValue].push(node)
+      if let last { last.pointee.next.store(node.nodeBits, ordering: .relaxed) }
+      if first == nil { first = node }
+      last = node
       count += 1
     }
-    if count > 0 { notifyWork() }
+    guard let first, let last else { return }
+    injection[priority.rawValue].pushChain(first: first, last: last, count: count)
+    notifyWork()
   }
 
   // MARK: Taking

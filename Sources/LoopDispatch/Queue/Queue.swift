@@ -377,21 +377,21 @@ public final class Queue: @unchecked Sendable {
     }
   }
 
-  /// Submits `works` in order, as `async` would one by one, but onto a global queue under
-  /// one pool lock with at most one wake-up (for the service loop's fired timers).
-  func asyncBatch<Works: Sequence<@Sendable () -> Void>>(_ works: Works) {
+  /// Submits the fired timers' `items` in order, as `async` would one by one, but onto a
+  /// global queue as one append with at most one wake-up (for the service loop's batches).
+  func asyncBatch<Items: Collection<DelayedWorkItem>>(_ items: Items) {
     switch kind {
     case .root(let priority, let overcommit):
-      let jobs = works.lazy.map { PoolJob.closure($0) }
+      let jobs = items.lazy.map(\.poolJob)
       if overcommit {
         WorkerPool.shared.submitOvercommitBatch(jobs, priority: priority)
       } else {
         WorkerPool.shared.submitBatch(jobs, priority: priority)
       }
     case .serial, .main:
-      for work in works { serialEnqueue(.closure(work, barrier: false)) }
+      for item in items { serialEnqueue(item.queueWork) }
     case .concurrent:
-      for work in works { concurrentEnqueue(.closure(work, barrier: false)) }
+      for item in items { concurrentEnqueue(item.queueWork) }
     }
   }
 

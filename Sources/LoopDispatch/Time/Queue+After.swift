@@ -1,19 +1,52 @@
 import MainLoop
 import Synchronization
 
+/// What an `after` timer submits when it fires: a closure, or a C function and its context
+/// (`dispatch_after_f`, which then allocates no closure).
+enum DelayedWorkItem: Sendable {
+  case closure(@Sendable () -> Void)
+  case function(CFunctionCall)
+
+  /// The item as a global queue's pool job.
+  @inline(__always)
+  var poolJob: PoolJob {
+    switch self {
+    case .closure(let body): .closure(body)
+    case .function(let call): .function(call)
+    }
+  }
+
+  /// The item as a custom queue's item.
+  @inline(__always)
+  var queueWork: QueueWork {
+    switch self {
+    case .closure(let body): .closure(body, barrier: false)
+    case .function(let call): .function(call, barrier: false)
+    }
+  }
+}
+
 /// A handle to work scheduled with ``Queue/after(_:execute:)``; cancel it before it fires.
 ///
 /// A `DelayedWork` is its own timer (a ``LoopTimer`` on the loop that keeps its queue's
-/// timers): one `after` allocates this one object besides the caller's closure.
+/// timers): one `after` allocates this one object besides the caller's closure, and
+/// `dispatch_after_f` this object only.
 ///
 /// Walk-through: `state` leaves "waiting" exactly once: by a CAS to "fired" (the timer's
-/// loop submits the work) or by `cancel()` setting the "cancelled" bit first (the closure is
-/// released by `cancel()` itself). Only the winner touches `work`; a later `cancel()` only
+/// loop submits the work) or by `cancel()` setting the "cancelled" bit first (the work is
+/// released by `cancel()` itself). Only the winner touches `item`; a later `cancel()` only
 /// sets its bit. `cancel()` also removes the timer from its loop (``LoopTimer/cancel()``).
+///
+/// Size: 120 bytes (checked by a test), the largest request glibc serves from its fastbins.
+/// A timer is allocated by the scheduling thread and freed by the service thread; above
+/// that size each free took the allocating arena's lock (against the scheduler's mallocs)
+/// and consolidated chunks, which showed as `_int_free`, `unlink_chunk` and lock waits on
+/// the service thread (perf, after_dense). Fastbin frees take no lock. Hence the one-byte
+/// fields sit beside one another here and in `LoopTimer`.
 ///
 /// Thread-safety: any thread.
 public final class DelayedWork: LoopTimer, @unchecked Sendable {
-  // @unchecked Sendable: `work` is written in init and afterwards only by the thread that
+  // @unchecked Sendable: `item` is written in init and afterwards only by the thread that
   // wins the CAS on `state` (acquiring and releasing); `state` is atomic; the timer's own
   // state is the loop's (see `LoopTimer`).
   private static let waiting: UInt8 = 0
@@ -21,45 +54,49 @@ public final class DelayedWork: LoopTimer, @unchecked Sendable {
   private static let cancelledState: UInt8 = 2
 
   private let state = Atomic<UInt8>(0)
-  private var work: (@Sendable () -> Void)?
+  /// Immutable. Whether the timer is on the service loop, whose fires are submitted in one
+  /// batch per queue per pass; decided by the caller, which chose the loop, so that neither
+  /// this init nor a fire loads a loop. (Declared beside `state`, in its padding.)
+  private let firesInBatches: Bool
+  private var item: DelayedWorkItem?
   /// The queue the work will be submitted to.
   public let queue: Queue
-  /// Immutable. Whether the timer is on the service loop, whose fires are submitted in one
-  /// batch per queue per pass; decided here so that a fire does not load the weak `loop`.
-  /// (The main loop is tested first so that main-queue timers never start the service loop.)
-  private let firesInBatches: Bool
 
-  init(queue: Queue, loop: EventLoop, deadline: Deadline, work: @escaping @Sendable () -> Void) {
+  init(
+    queue: Queue, loop: EventLoop, deadline: Deadline, item: DelayedWorkItem,
+    firesInBatches: Bool
+  ) {
     self.queue = queue
-    self.work = work
-    self.firesInBatches = loop !== EventLoop.main && loop === ServiceLoop.shared
+    self.item = item
+    self.firesInBatches = firesInBatches
     super.init(loop: loop, deadline: deadline)
   }
 
   /// Stops the work from being submitted. The closure, and what it captured, is released
   /// before `cancel()` returns. No effect once the work has been submitted.
   public override func cancel() {
-    // Whoever moves `state` off "waiting" first owns `work`.
+    // Whoever moves `state` off "waiting" first owns `item`.
     let previous = state.bitwiseOr(Self.cancelledState, ordering: .acquiringAndReleasing).oldValue
     if previous == Self.waiting {
-      work = nil
+      item = nil
     }
     super.cancel()
   }
 
   /// Takes the work if the timer wins it (not cancelled first); at most once.
-  private func claimWork() -> (@Sendable () -> Void)? {
+  @inline(__always)
+  private func claimItem() -> DelayedWorkItem? {
     guard
       state.compareExchange(
         expected: Self.waiting, desired: Self.fired, ordering: .acquiringAndReleasing
       ).exchanged
     else { return nil }
-    return work.take()
+    return item.take()
   }
 
   /// For a deadline already passed: submits the work at once, on the calling thread.
   func fireNow() {
-    if let work = claimWork() { queue.async(execute: work) }
+    if let item = claimItem() { queue.submit(item) }
   }
 }
 
@@ -81,22 +118,60 @@ extension Queue {
   public func after(
     deadline: Deadline, execute work: @escaping @Sendable () -> Void
   ) -> DelayedWork {
-    after(deadline: deadline, on: ServiceLoop.loop(for: self), execute: work)
+    scheduleDelayed(.closure(work), at: deadline)
+  }
+
+  /// `after(deadline:execute:)` with a C function and its context (`dispatch_after_f`): the
+  /// timer is the only allocation.
+  @discardableResult
+  package func after(deadline: Deadline, _ call: CFunctionCall) -> DelayedWork {
+    scheduleDelayed(.function(call), at: deadline)
   }
 
   /// `after(deadline:execute:)` with the timer on `loop`, whose clock `deadline` is read
   /// against: tests pass a virtual-time loop (`EventLoop(clock: .virtual())`) and drive it.
+  /// Only the service loop's fires are batched. (The main loop is tested first so that
+  /// main-queue timers never start the service loop.)
   @discardableResult
   package func after(
     deadline: Deadline, on loop: EventLoop, execute work: @escaping @Sendable () -> Void
   ) -> DelayedWork {
-    let delayed = DelayedWork(queue: self, loop: loop, deadline: deadline, work: work)
+    scheduleDelayed(
+      .closure(work), at: deadline, on: loop,
+      firesInBatches: loop !== EventLoop.main && loop === ServiceLoop.shared)
+  }
+
+  /// Schedules `item` on the loop that keeps this queue's timers (`ServiceLoop.loop(for:)`):
+  /// the main loop, whose fires are submitted at once, or the service loop, whose fires
+  /// are batched.
+  @inline(__always)
+  private func scheduleDelayed(_ item: DelayedWorkItem, at deadline: Deadline) -> DelayedWork {
+    if root.kind == .main {
+      return scheduleDelayed(item, at: deadline, on: EventLoop.main, firesInBatches: false)
+    }
+    return scheduleDelayed(item, at: deadline, on: ServiceLoop.shared, firesInBatches: true)
+  }
+
+  private func scheduleDelayed(
+    _ item: DelayedWorkItem, at deadline: Deadline, on loop: EventLoop, firesInBatches: Bool
+  ) -> DelayedWork {
+    let delayed = DelayedWork(
+      queue: self, loop: loop, deadline: deadline, item: item, firesInBatches: firesInBatches)
     if deadline <= loop.now {
       delayed.fireNow()
     } else {
       loop.schedule(delayed)
     }
     return delayed
+  }
+
+  /// Submits a fired timer's work, as `async` would.
+  @inline(__always)
+  func submit(_ item: DelayedWorkItem) {
+    switch item {
+    case .closure(let body): async(execute: body)
+    case .function(let call): async(call, barrier: false)
+    }
   }
 
   /// Submits `work` to this queue no earlier than the wall-clock time `wallDeadline`.
@@ -123,11 +198,11 @@ extension DelayedWork: LoopTimerTarget {
   /// submitted at once (its queue's chain ends at the main queue, whose items run on this
   /// same thread: no wake-up to save).
   package func loopTimerFired() {
-    guard let work = claimWork() else { return }
+    guard let item = claimItem() else { return }
     if firesInBatches {
-      TimerFireBatch.service.add(work, to: queue)
+      TimerFireBatch.service.add(item, to: queue)
     } else {
-      queue.async(execute: work)
+      queue.submit(item)
     }
   }
 }

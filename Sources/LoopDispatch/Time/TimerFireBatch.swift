@@ -4,11 +4,15 @@ import MainLoop
 /// queue and submitted once per queue at the end of the pass.
 ///
 /// Why: 100k `after`s onto a global queue fire in dense bursts; submitting each on its own
-/// took the pool lock and decided a wake-up per timer (`try_to_wake_up` was a tenth of all
-/// CPU samples, perf). Grouped, a pass costs one lock and at most one wake per global queue
-/// (`WorkerPool.submitBatch`; the pool's chained wake-ups spread a long batch), and one
+/// decided a wake-up per timer (`try_to_wake_up` was a tenth of all CPU samples, perf).
+/// Grouped, a pass costs one append of a chain to the lane and at most one wake per global
+/// queue (`WorkerPool.submitBatch`; the pool's chained wake-ups spread a long batch), and one
 /// drain scheduling per serial queue (its first item schedules the drain; the rest are linked
 /// behind it).
+///
+/// Allocation-free in the steady state: the items are stored as `DelayedWorkItem`s (a
+/// closure or a C call, moved out of their timers), in arrays whose storage is kept between
+/// passes; a generic container of bare closures would re-wrap (allocate) each one.
 ///
 /// Order: work keeps the order its timers fired in (deadline order) within each queue; the
 /// queues are submitted in the order their first timer fired.
@@ -23,19 +27,19 @@ final class TimerFireBatch: @unchecked Sendable {
 
   private var queues: [Queue] = []
   private var groupOfQueue: [ObjectIdentifier: Int] = [:]
-  /// Fired work with its group (an index into `queues`), in firing order.
-  private var entries: [(group: Int, work: @Sendable () -> Void)] = []
+  /// The group (an index into `queues`) of each item of `items`.
+  private var groups: [Int] = []
+  /// Fired work, in firing order.
+  private var items: [DelayedWorkItem] = []
   /// Scratch for `flush` (kept to reuse its storage).
-  private var grouped: [@Sendable () -> Void] = []
+  private var grouped: [DelayedWorkItem] = []
   private var starts: [Int] = []
-  /// What a slot of `grouped` holds until the sort fills it (every slot is filled).
-  private static let unfilled: @Sendable () -> Void = {}
 
-  /// Records `work` for `queue` (submitted by the next `flush`).
-  func add(_ work: @escaping @Sendable () -> Void, to queue: Queue) {
+  /// Records `item` for `queue` (submitted by the next `flush`).
+  func add(_ item: DelayedWorkItem, to queue: Queue) {
     let group: Int
-    if let last = entries.last, queues[last.group] === queue {
-      group = last.group  // The common case: a run of timers for one queue.
+    if let last = groups.last, queues[last] === queue {
+      group = last  // The common case: a run of timers for one queue.
     } else if let known = groupOfQueue[ObjectIdentifier(queue)] {
       group = known
     } else {
@@ -43,33 +47,36 @@ final class TimerFireBatch: @unchecked Sendable {
       queues.append(queue)
       groupOfQueue[ObjectIdentifier(queue)] = group
     }
-    entries.append((group, work))
+    groups.append(group)
+    items.append(item)
   }
 
   /// Submits everything recorded since the last flush: one `asyncBatch` per queue.
   func flush() {
-    guard !entries.isEmpty else { return }
+    guard !items.isEmpty else { return }
     if queues.count == 1 {
-      queues[0].asyncBatch(entries.lazy.map(\.work))
+      queues[0].asyncBatch(items)
     } else {
       // A counting sort by group keeps each group's firing order.
       starts.removeAll(keepingCapacity: true)
       starts.append(contentsOf: repeatElement(0, count: queues.count + 1))
-      for entry in entries { starts[entry.group + 1] += 1 }
+      for group in groups { starts[group + 1] += 1 }
       for group in 0..<queues.count { starts[group + 1] += starts[group] }
       var next = starts
       grouped.removeAll(keepingCapacity: true)
-      grouped.append(contentsOf: repeatElement(Self.unfilled, count: entries.count))
-      for entry in entries {
-        grouped[next[entry.group]] = entry.work
-        next[entry.group] += 1
+      // Every slot is overwritten by the sort; the placeholder is never submitted.
+      grouped.append(contentsOf: repeatElement(items[0], count: items.count))
+      for (index, group) in groups.enumerated() {
+        grouped[next[group]] = items[index]
+        next[group] += 1
       }
       for group in 0..<queues.count {
         queues[group].asyncBatch(grouped[starts[group]..<starts[group + 1]])
       }
       grouped.removeAll(keepingCapacity: true)
     }
-    entries.removeAll(keepingCapacity: true)
+    items.removeAll(keepingCapacity: true)
+    groups.removeAll(keepingCapacity: true)
     queues.removeAll(keepingCapacity: true)
     groupOfQueue.removeAll(keepingCapacity: true)
   }

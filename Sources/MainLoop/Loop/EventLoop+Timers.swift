@@ -4,18 +4,20 @@ import CLoopShims
 ///
 /// Firing walk-through (`handleTimerExpiry`, loop thread):
 /// 1. The timerfd (absolute `CLOCK_MONOTONIC`) becomes readable at or after the earliest
-///    deadline; the kernel never fires it early, and step 2 re-checks anyway.
+///    deadline; the kernel never fires it early, and step 2 re-checks anyway. It is not
+///    read: step 5 always sets it, which resets its count.
 /// 2. Read the clock once; pop every timer whose deadline is at or before that instant.
 /// 3. A cancelled timer is dropped. A repeating timer is re-inserted at its next deadline
 ///    after the instant (missed periods are skipped, not bunched) before its handler runs, so
 ///    the handler may cancel it. A one-shot timer drops its closure before running it.
 /// 4. After each pass the loop's timer-pass observer runs, if one is set (LoopDispatch's
 ///    service loop submits the work of the `after`s that fired, one batch per queue).
-/// 5. Re-arm the timerfd for the new earliest deadline (disarm when none is left), issuing a
-///    system call only when that deadline changed. A deadline closer than
-///    ``timerCoalescingNanoseconds`` to this expiry is armed for the end of that window
-///    instead: dense timers are fired in groups, one wake-up and one `timerfd_settime` per
-///    window, rather than one each (see ``timerCoalescingNanoseconds``).
+/// 5. Re-arm the timerfd for the new earliest deadline (disarm when none is left): one
+///    system call per expiry, and otherwise only when that deadline changed. A deadline
+///    closer than ``timerCoalescingNanoseconds`` to this expiry is armed for the end of that
+///    window instead: dense timers are fired in groups, one wake-up and one
+///    `timerfd_settime` per window, rather than one each (see
+///    ``timerCoalescingNanoseconds``).
 ///
 /// A virtual-time loop (`EventLoop+VirtualTime.swift`) runs steps 2–5 unchanged, with its
 /// virtual clock as "the clock": `armedTimerDeadline` is then the simulated timer descriptor,
@@ -89,14 +91,30 @@ extension EventLoop {
 
   /// From another thread the timer is pushed onto `pendingInsertions` (a lock-free stack
   /// through the timers themselves, so no closure is allocated) and the loop is woken as
-  /// `execute` would wake it; the loop inserts pending timers after each poll
-  /// (`insertPendingTimers`) and checks the stack before it sleeps.
+  /// `execute` would wake it, unless the timer is due no earlier than the instant the loop's
+  /// timer descriptor is armed for: the loop wakes then anyway, and inserts the pending
+  /// timers before it fires any (`fireTimerPasses`). The loop also inserts pending timers
+  /// after each poll (`insertPendingTimers`) and checks the stack before it sleeps.
+  ///
+  /// Why: a thread scheduling many timers (timeouts, dense `after`s) woke a sleeping loop
+  /// for each timer that found it asleep, an eventfd write and a context switch each (about
+  /// one in 25 timers of a loop that had nothing else to do); most such timers are due
+  /// after the loop's next wake-up.
+  ///
+  /// No timer is stranded (Dekker's pattern, as for posts): the push and the load of
+  /// `armedDeadlineForSchedulers` are sequentially consistent, and so are the loop's store of
+  /// that value (`rearmTimerFD`) and its later load of the stack before it sleeps
+  /// (`prepareToSleep`). Either the loop's load sees the timer, or this load sees the
+  /// deadline the loop sleeps with (or a later-stored one), and wakes the loop unless the
+  /// timer is due no earlier than it.
   private func add(_ timer: LoopTimer) -> LoopTimer {
     liveTimers.wrappingAdd(1, ordering: .relaxed)
     if isInLoopThread {
       insertTimer(timer)
       return timer
     }
+    // Read before the push: afterwards the timer is the loop's.
+    let deadline = timer.deadline
     // Retained by the stack until the loop pops it.
     let node = Unmanaged.passRetained(timer)
     var head = pendingInsertions.load(ordering: .relaxed)
@@ -111,7 +129,9 @@ extension EventLoop {
       if pushed { break }
       head = current
     }
-    wakeUnlessAwake()
+    // Sequentially consistent: the other half of the pattern above.
+    let armed = armedDeadlineForSchedulers.load(ordering: .sequentiallyConsistent)
+    if armed == 0 || deadline < armed { wakeUnlessAwake() }
     return timer
   }
 
@@ -165,30 +185,47 @@ extension EventLoop {
       liveTimers.wrappingSubtract(1, ordering: .relaxed)
       return
     }
-    timers.insert(timer)
-    if timers.first === timer { rearmTimerFD() }
+    // During an expiry the descriptor is set once, when the passes end.
+    if timers.insert(timer) && !firingTimers { rearmTimerFD() }
   }
 
   /// Removes a cancelled timer and releases its closure. Loop thread only.
+  ///
+  /// The heap entry stays until it comes out or the heap compacts (lazy removal, see
+  /// `TimerHeap`); the timer no longer counts as pending from now on.
   func removeTimer(_ timer: LoopTimer) {
-    if timer.heapIndex >= 0 {
-      timers.remove(timer)
+    if timer.heapState == .queued {
+      timers.markRemoved(timer)
       liveTimers.wrappingSubtract(1, ordering: .relaxed)
+      // The earliest entry stays live, so that an insertion compares with a live deadline
+      // (`insertTimer` re-arms only for a new earliest).
+      timers.dropRemovedFirst()
+      timers.compactIfMostlyRemoved()
     }
     timer.handler = nil
     // The timerfd may stay armed for the removed deadline: the wake-up finds nothing due.
   }
 
   /// Runs when the timerfd is readable. Loop thread only.
+  ///
+  /// The descriptor is not read: the re-arm that ends every expiry (`rearmTimerFD`, a
+  /// disarm when no timer is left) is a `timerfd_settime`, which resets the expiration
+  /// count, so the descriptor is not readable at the next poll. One system call fewer per
+  /// wake-up.
   func handleTimerExpiry() {
     noteAwake()
-    Syscall.drainCounter(timerFD)
+    timerFDExpired = true
     fireTimerPasses()
   }
 
   /// Steps 2–5 of an expiry of the (real or simulated) timer descriptor. Loop thread only.
   func fireTimerPasses() {
     armedTimerDeadline = 0  // A fired timerfd is disarmed.
+    firingTimers = true
+    defer { firingTimers = false }
+    // Timers other threads scheduled for this instant or later did not wake the loop (see
+    // `add`): those due now fire in this pass.
+    insertPendingTimers()
     var now = currentTimeNanoseconds()
     lastTimerExpiry = now
     // Timers that fell due while handlers ran fire in a further pass rather than after a
@@ -197,20 +234,39 @@ extension EventLoop {
     for _ in 0..<4 {
       fireTimersDue(at: now)
       timerPassObserver?()
+      insertPendingTimers()
       now = currentTimeNanoseconds()
-      guard let next = timers.first, next.deadline <= now else { break }
+      guard let next = timers.firstDeadline, next <= now else { break }
     }
     rearmTimerFD()
   }
 
   /// Fires every timer due at `now`, in deadline order. Loop thread only.
   private func fireTimersDue(at now: UInt64) {
-    while let timer = timers.first, timer.deadline <= now {
-      timers.remove(timer)
+    // Counted here and published before a closure handler runs and at the end of the pass
+    // (fewer writes to a line the scheduling threads write). A closure handler is user code
+    // that may look at the counts (`pendingTimerCount`, `timerFireCount`) or tell another
+    // thread to, so they are exact when it starts; a target handler (`DelayedWork`) only
+    // hands its work to the pass's batch, which the observer submits after the pass.
+    var fired: UInt64 = 0
+    var finished = 0
+    func publishCounts() {
+      if finished > 0 { liveTimers.wrappingSubtract(finished, ordering: .relaxed) }
+      // Single writer (the loop thread): a plain load-then-store is enough.
+      if fired > 0 {
+        timersFired.store(timersFired.load(ordering: .relaxed) &+ fired, ordering: .relaxed)
+      }
+      finished = 0
+      fired = 0
+    }
+    while let deadline = timers.firstDeadline, deadline <= now {
+      let (timer, wasRemoved) = timers.popFirst()
+      // A removed timer was already uncounted (`removeTimer`).
+      if wasRemoved { continue }
       // Acquiring; pairs with the releasing exchange in `LoopTimer.cancel()`.
       guard !timer.isCancelled, let handler = timer.handler else {
         timer.handler = nil
-        liveTimers.wrappingSubtract(1, ordering: .relaxed)
+        finished += 1
         continue
       }
       if timer.isRepeating {
@@ -221,27 +277,39 @@ extension EventLoop {
         timers.insert(timer)
       } else {
         timer.handler = nil
-        liveTimers.wrappingSubtract(1, ordering: .relaxed)
+        finished += 1
       }
-      // Single writer (the loop thread): a plain load-then-store is enough.
-      timersFired.store(timersFired.load(ordering: .relaxed) &+ 1, ordering: .relaxed)
+      fired &+= 1
+      if case .closure = handler { publishCounts() }
       handler.run()
     }
+    publishCounts()
+  }
+
+  /// Pops the removed entries off the top of the heap (so that the timerfd is not armed for
+  /// a cancelled timer) and returns the earliest live deadline. Loop thread only.
+  private func earliestLiveDeadline() -> UInt64? {
+    timers.dropRemovedFirst()
+    return timers.firstDeadline
   }
 
   /// Arms the timerfd for the earliest deadline, or disarms it; on a virtual-time loop only
   /// records the instant (the simulated descriptor). Loop thread only.
   private func rearmTimerFD() {
     var wanted: UInt64 = 0
-    if let first = timers.first, first.deadline != .max {
+    if let first = earliestLiveDeadline(), first != .max {
       // 0 would mean "disarm" to timerfd_settime. A deadline inside the coalescing window
       // of the last expiry waits for the window's end (never earlier than the deadline).
-      wanted = max(first.deadline, lastTimerExpiry &+ Self.timerCoalescingNanoseconds, 1)
+      wanted = max(first, lastTimerExpiry &+ Self.timerCoalescingNanoseconds, 1)
     }
-    if wanted == armedTimerDeadline { return }
+    // An expired descriptor is set even to the same value (a disarm): that resets its count.
+    if wanted == armedTimerDeadline && !timerFDExpired { return }
     if !isVirtualTime && cls_timerfd_set_abs(timerFD, wanted) != 0 {
       internalBug("timerfd_settime failed: errno \(cls_errno())")
     }
     armedTimerDeadline = wanted
+    timerFDExpired = false
+    // Sequentially consistent: see `add`. (`.max`, never armed, reads as "disarmed".)
+    armedDeadlineForSchedulers.store(wanted, ordering: .sequentiallyConsistent)
   }
 }

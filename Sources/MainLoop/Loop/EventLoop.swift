@@ -78,10 +78,23 @@ public final class EventLoop: @unchecked Sendable {
   /// the newest (0: none), each linking to the next and retained by the stack (see
   /// `EventLoop+Timers.swift`). Popped by the loop thread, or by `deinit`.
   let pendingInsertions = Atomic<UInt>(0)
+  /// Atomic. `armedTimerDeadline` as other threads see it (0: disarmed): a timer they
+  /// schedule at or after it need not wake the loop, which inserts it when it wakes for
+  /// that deadline anyway (`EventLoop+Timers.swift`). Written by the loop thread whenever it
+  /// sets the timer descriptor.
+  let armedDeadlineForSchedulers = Atomic<UInt64>(0)
   /// Timers ordered by deadline. Only touched on the loop thread.
   var timers = TimerHeap()
   /// The deadline the timer descriptor is armed for (0: disarmed). Only touched on the loop thread.
   var armedTimerDeadline: UInt64 = 0
+  /// Whether the timer descriptor expired and has not been set since: it stays readable
+  /// until the next `timerfd_settime`, which resets its count (so no `read` is needed; see
+  /// `handleTimerExpiry`). Only touched on the loop thread.
+  var timerFDExpired = false
+  /// Whether `fireTimerPasses` is running: timers inserted meanwhile (pending ones, or from
+  /// handlers) leave the descriptor to the re-arm that ends it. Only touched on the loop
+  /// thread.
+  var firingTimers = false
   /// What this loop's timers hold instead of the loop (see `LoopAnchor`). Set once, at the
   /// end of `init`, before the loop is shared; read-only afterwards.
   private(set) var timerAnchor: LoopAnchor!

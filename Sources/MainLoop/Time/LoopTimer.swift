@@ -15,7 +15,7 @@ import Synchronization
 /// The class is open only so that LoopDispatch's `DelayedWork` can be its own timer (one
 /// object per `after`); its initialisers are package-only, so no other subclass can exist.
 open class LoopTimer: @unchecked Sendable {
-  // @unchecked Sendable: `deadline`, `heapIndex`, `sequence`, `handler` and
+  // @unchecked Sendable: `deadline`, `heapState`, `sequence`, `handler` and
   // `nextPendingInsertion` are only touched on the loop thread (they are written before the
   // timer is published to it, through the pending-insertion stack, or by the loop itself, or
   // by its deinit, which every loop-thread access happens-before); `cancelled` is atomic;
@@ -35,12 +35,16 @@ open class LoopTimer: @unchecked Sendable {
   var deadline: UInt64
   /// Tie-breaker so equal deadlines fire in scheduling order. Only touched on the loop thread.
   var sequence: UInt64 = 0
-  /// Position in the loop's heap, or -1 when not in it. Only touched on the loop thread.
-  var heapIndex: Int = -1
   /// What the timer does; dropped (releasing the closure's captures, or the reference a
   /// self-handling timer holds on itself) once the timer is done or cancelled. Only touched
   /// on the loop thread once scheduled.
   var handler: LoopTimerAction?
+  // The one-byte fields follow the 17-byte `handler` so that they fill its padding (the
+  // stored properties are laid out in declaration order): see `DelayedWork` for why the
+  // size matters.
+  /// Whether the timer is in its loop's heap, and if so whether it was removed from it
+  /// (cancelled: removal is lazy, see `TimerHeap`). Only touched on the loop thread.
+  var heapState: TimerHeap.Membership = .outside
   /// Atomic. Set once by `cancel()`; the loop checks it (acquiring) before each fire.
   private let cancelled = Atomic<Bool>(false)
 
@@ -119,80 +123,6 @@ final class LoopAnchor: Sendable {
 
   /// The loop, or nil once it has begun to deinitialise. Any thread.
   var loop: EventLoop? { immortalLoop ?? weakLoop }
-}
-
-/// A binary min-heap of timers ordered by (deadline, sequence), with each timer's index
-/// stored in it for O(log n) removal. Only touched on the loop thread.
-struct TimerHeap {
-  private(set) var storage: [LoopTimer] = []
-  private var nextSequence: UInt64 = 0
-
-  var count: Int { storage.count }
-  var first: LoopTimer? { storage.first }
-
-  mutating func insert(_ timer: LoopTimer) {
-    timer.sequence = nextSequence
-    nextSequence &+= 1
-    timer.heapIndex = storage.count
-    storage.append(timer)
-    siftUp(storage.count - 1)
-  }
-
-  mutating func remove(_ timer: LoopTimer) {
-    let index = timer.heapIndex
-    guard index >= 0, index < storage.count, storage[index] === timer else { return }
-    let last = storage.count - 1
-    if index != last {
-      storage.swapAt(index, last)
-      storage[index].heapIndex = index
-    }
-    storage.removeLast()
-    timer.heapIndex = -1
-    if index < storage.count {
-      siftDown(index)
-      siftUp(index)
-    }
-  }
-
-  mutating func removeAll() -> [LoopTimer] {
-    let all = storage
-    for timer in all { timer.heapIndex = -1 }
-    storage.removeAll()
-    return all
-  }
-
-  private func less(_ a: Int, _ b: Int) -> Bool {
-    let x = storage[a]
-    let y = storage[b]
-    return x.deadline != y.deadline ? x.deadline < y.deadline : x.sequence < y.sequence
-  }
-
-  private mutating func siftUp(_ start: Int) {
-    var child = start
-    while child > 0 {
-      let parent = (child - 1) / 2
-      guard less(child, parent) else { break }
-      storage.swapAt(child, parent)
-      storage[child].heapIndex = child
-      storage[parent].heapIndex = parent
-      child = parent
-    }
-  }
-
-  private mutating func siftDown(_ start: Int) {
-    var parent = start
-    while true {
-      let left = 2 * parent + 1
-      guard left < storage.count else { break }
-      var smallest = left
-      if left + 1 < storage.count && less(left + 1, left) { smallest = left + 1 }
-      guard less(smallest, parent) else { break }
-      storage.swapAt(smallest, parent)
-      storage[smallest].heapIndex = smallest
-      storage[parent].heapIndex = parent
-      parent = smallest
-    }
-  }
 }
 
 /// What a timer does when it fires: a closure, or a call on an object that is its own
