@@ -99,6 +99,12 @@ final class Worker: @unchecked Sendable {
     local = .allocate(capacity: 1)  // Never initialised or read: `localCount` is 0.
   }
 
+  deinit {
+    // Only overcommit workers end (plain ones live in the pool's table for the process).
+    local.deinitialize(count: localCount)
+    local.deallocate()
+  }
+
   /// Readies a retired worker object for a new thread. Pool lock held; its old thread has
   /// left the idle set and runs no more pool code that reads these.
   func prepareForRestart(id: Int, isExtra: Bool) {
