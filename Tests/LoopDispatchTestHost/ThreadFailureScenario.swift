@@ -93,9 +93,12 @@ func threadFailureScenario() {
   print("all \(items) items ran once on \(workers) workers under the fault")
 
   // 5. Recovery: without the fault, a stalled pool grows again. First let the pool settle
-  // (nothing waiting, every thread parked): a supervisor tick that saw step 4's items
-  // waiting may still add a worker right after the restore, and that worker, idle, would
-  // then run the probe item below without any growth being needed.
+  // (nothing waiting, every thread parked). A supervisor tick that saw step 4's items
+  // waiting may still add a worker after the restore, even after the settle (its decision
+  // reads /proc and can outlast the poll), and that worker would then run the probe item
+  // below without any further growth: so growth is counted from the restore, when a start
+  // first can succeed again — either way the pool grew once the fault was gone.
+  let growthAtRestore = RuntimeStats.current.poolGrowthEvents
   fault.restore()
   guard
     pollUntil(
@@ -106,7 +109,6 @@ func threadFailureScenario() {
       })
   else { fail("the pool did not settle after the fault was removed") }
   let workersNow = RuntimeStats.current.poolThreads
-  let growthBefore = RuntimeStats.current.poolGrowthEvents
   let secondBlockers = Group()
   block(workersNow, on: pipeEnds, group: secondBlockers)
   let ranAfterRecovery = Semaphore(value: 0)
@@ -118,7 +120,7 @@ func threadFailureScenario() {
   guard secondBlockers.wait(timeout: .seconds(30)) == .success else {
     fail("the second blockers never finished")
   }
-  let grown = RuntimeStats.current.poolGrowthEvents - growthBefore
+  let grown = RuntimeStats.current.poolGrowthEvents - growthAtRestore
   if grown < 1 { fail("an item ran while every worker was blocked, but the pool did not grow") }
   print("recovered: the pool grew by \(grown) once the limit was lifted")
   pipeEnds.close()
