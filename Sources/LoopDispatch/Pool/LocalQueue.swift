@@ -152,15 +152,22 @@ struct LocalQueue: ~Copyable {
         JobNodePointer(nodeBits: slots[Int((start &+ offset) & Self.mask)].load(ordering: .relaxed))
       )
     }
+    endSteal(from: word)
+    return Int(claimed)
+  }
+
+  /// Ends a steal whose claim left `head` at `word`: STEAL catches up with REAL (which the
+  /// owner may have moved meanwhile), so the claimed slots may be reused. The thief only.
+  private func endSteal(from claimedWord: UInt64) {
+    var word = claimedWord
     while true {
       let (_, real) = Self.unpack(word)
       let (exchanged, original) = head.compareExchange(
         expected: word, desired: Self.pack(steal: real, real: real),
         ordering: .acquiringAndReleasing)
-      if exchanged { break }
+      if exchanged { return }
       word = original
     }
-    return Int(claimed)
   }
 
   /// Steals half the jobs (rounded up) for `thief`: returns the oldest and appends the rest
@@ -204,15 +211,7 @@ struct LocalQueue: ~Copyable {
       // Sequentially consistent: a publication in the parking Dekker pair, as `push`.
       destination.tail.store(destinationEnd &+ claimed &- 1, ordering: .sequentiallyConsistent)
     }
-    // End the steal: STEAL catches up with REAL (which the owner may have moved meanwhile).
-    while true {
-      let (_, real) = Self.unpack(word)
-      let (exchanged, original) = head.compareExchange(
-        expected: word, desired: Self.pack(steal: real, real: real),
-        ordering: .acquiringAndReleasing)
-      if exchanged { break }
-      word = original
-    }
+    endSteal(from: word)
     return first
   }
 }
