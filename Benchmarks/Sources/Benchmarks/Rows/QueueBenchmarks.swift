@@ -65,6 +65,18 @@ enum QueueBenchmarks {
           ours: { oursReaderWriter(operations: readerWriterOperations) },
           rival: { dispatchReaderWriter(operations: readerWriterOperations) }),
         Benchmark(
+          key: "producers8",
+          name: "8 threads at once, 1M items, half onto the global queue, half onto 8 serial",
+          unit: "ns/item", direction: .lowerIsBetter, rivalName: "Dispatch", target: notSlower,
+          ours: { oursProducers(items: producerItems) },
+          rival: { dispatchProducers(items: producerItems) }),
+        Benchmark(
+          key: "groupmain",
+          name: "1M empty closures async(group:) on the global queue from main, then wait()",
+          unit: "ns/item", direction: .lowerIsBetter, rivalName: "Dispatch", target: halfDispatch,
+          ours: { oursGroupMain(items: groupMainItems) },
+          rival: { dispatchGroupMain(items: groupMainItems) }),
+        Benchmark(
           key: "manyqueues",
           name: "100k serial queues × 10 items (create, submit, all run)",
           unit: "ns/item", direction: .lowerIsBetter, rivalName: "Dispatch", target: notSlower,
