@@ -19,26 +19,12 @@ struct RingBuffer<Element> {
     count += 1
   }
 
-  /// Puts `element` in front of the others (it is popped next).
-  mutating func prepend(_ element: Element) {
-    if count == storage.count { grow() }
-    head = (head - 1) & (storage.count - 1)
-    storage[head] = element
-    count += 1
-  }
-
   mutating func popFirst() -> Element? {
     guard count > 0 else { return nil }
     let element = storage[head].take()
     head = (head + 1) & (storage.count - 1)
     count -= 1
     return element
-  }
-
-  mutating func popLast() -> Element? {
-    guard count > 0 else { return nil }
-    count -= 1
-    return storage[(head + count) & (storage.count - 1)].take()
   }
 
   var first: Element? { count > 0 ? storage[head] : nil }

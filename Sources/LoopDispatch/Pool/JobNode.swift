@@ -119,9 +119,6 @@ enum NodeCache {
     return key
   }()
 
-  /// Nodes allocated since launch (for the benchmarks' allocation counts and tests).
-  static let allocated = Atomic<Int>(0)
-
   /// A free node (its `job` nil), from the calling thread's cache when it has one.
   @inline(__always)
   static func take() -> JobNodePointer {
@@ -156,7 +153,6 @@ enum NodeCache {
         bitPattern: node.pointee.next.load(ordering: .relaxed))
       return node
     }
-    allocated.wrappingAdd(1, ordering: .relaxed)
     let node = JobNodePointer.allocate(capacity: 1)
     node.initialize(to: JobNode())
     return node

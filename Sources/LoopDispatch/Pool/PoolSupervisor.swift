@@ -100,7 +100,7 @@ final class PoolSupervisor: @unchecked Sendable {
       guard started == lastStarted, pool.queuedJobCount > 0 else { continue }
       // Jobs waited a whole tick and none started. A parked worker means a wake-up was missed
       // (or a rescued slot job needs one): wake it rather than grow.
-      if pool.wakeParkedWorker() { continue }
+      if pool.wakeIdleWorker() { continue }
       guard pool.searching.load(ordering: .relaxed) == 0 else { continue }
       if Deadline.now >= retryAt && everyWorkerIsBlocked(pool) {
         if case .refused = pool.spawnWorker(isExtra: true) { retryAt = .now + retryDelay }

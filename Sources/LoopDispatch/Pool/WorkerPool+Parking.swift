@@ -76,9 +76,6 @@ extension WorkerPool {
     return false
   }
 
-  /// Wakes one parked worker if there is one (the supervisor's cure for a stranded job).
-  func wakeParkedWorker() -> Bool { wakeIdleWorker() }
-
   /// An extra worker that timed out in the idle set and withdrew itself: it leaves the pool.
   /// Its queues are empty (it parked after finding no work anywhere, and only it fills
   /// them) and its slot too; the object stays in the table for the next start.

@@ -461,15 +461,6 @@ package enum PoolDiagnostics {
   package static var refusedWorkerStarts: UInt64 {
     WorkerPool.shared.refusedSpawns.load(ordering: .relaxed)
   }
-
-  /// Jobs queued in the plain pool now, not counting run-next slots.
-  package static var queuedJobs: Int { WorkerPool.shared.queuedJobCount }
-
-  /// Job nodes allocated since launch (each is recycled for ever after: a steady state
-  /// allocates none).
-  package static var allocatedJobNodes: Int {
-    NodeCache.allocated.load(ordering: .relaxed)
-  }
 }
 
 /// A positive integer from the environment, or nil.
