@@ -10,8 +10,8 @@ import Synchronization
 ///    sleep, not per submission).
 /// 2. Awake, it checks every `tick` (5 ms): if jobs are waiting, no worker is idle or
 ///    searching, no job has started since the last tick, and fewer workers are runnable
-///    (state `R` in `/proc/self/task/<tid>/stat`) than there are CPUs while every worker is
-///    inside a job, then workers are blocked (sleeping, waiting on I/O or locks): it starts
+///    (state `R` in `/proc/self/task/<tid>/stat`, or CPU time that grew since the last look)
+///    than there are CPUs while every worker is inside a job, then workers are blocked (sleeping, waiting on I/O or locks): it starts
 ///    one more worker, up to the cap. A pool busy with CPU-bound work, or contending on its
 ///    own lock, is not grown.
 /// 3. When the lanes are empty it goes back to sleeping without a timeout, so an idle
@@ -22,7 +22,8 @@ import Synchronization
 ///    has (`WorkerPool.spawnWorker` warns once) and the supervisor starts no worker for
 ///    `retryDelay`, so a refusing system is asked once a second, not every tick.
 final class PoolSupervisor: @unchecked Sendable {
-  // @unchecked Sendable: `workers` is protected by its mutex; `word` is atomic.
+  // @unchecked Sendable: `workers` is protected by its mutex; `word` is atomic;
+  // `lastRunTime` is touched only by the supervisor thread (`run` and what it calls).
 
   /// How often a stalled pool is checked.
   let tick: Duration = .milliseconds(5)
@@ -112,29 +113,72 @@ final class PoolSupervisor: @unchecked Sendable {
   ///
   /// A worker that is not running a job (taking one, or waiting for the pool's lock) counts as
   /// able to make progress, so contention on the pool itself never triggers growth.
+  ///
+  /// A worker counts as runnable when `/proc` shows it in state `R`, or when its time on a CPU
+  /// (`schedstat`) grew since the supervisor last looked. The state alone is one sample: a
+  /// worker that spins but sleeps for a moment (on a lock inside a sanitizer's runtime, or a
+  /// page fault served from disk) would read as blocked at that instant. A worker that is
+  /// truly blocked does not run, so its CPU time stands still. The cost: the first look at a
+  /// worker after a long gap counts it as runnable if it ran at all since the previous look,
+  /// so growth can come one tick (5 ms) later. Only the supervisor thread touches
+  /// `lastRunTime`.
   private func everyWorkerIsBlocked(_ pool: WorkerPool) -> Bool {
     let snapshot = workers.withLock { $0 }
     var runnable = 0
+    var seen: [Int32: UInt64] = [:]
     for worker in snapshot {
       guard worker.busy.load(ordering: .relaxed) else { return false }
       let tid = worker.tid.load(ordering: .relaxed)
-      if tid == 0 || threadState(tid) == UInt8(ascii: "R") { runnable += 1 }
+      if tid == 0 {
+        runnable += 1
+        continue
+      }
+      let runTime = cpuTime(tid)
+      if let runTime { seen[tid] = runTime }
+      let ran = runTime != nil && runTime != lastRunTime[tid]
+      if ran || threadState(tid) == UInt8(ascii: "R") { runnable += 1 }
     }
+    lastRunTime = seen
     return runnable < pool.baseThreads
+  }
+
+  /// CPU time of each worker (by thread id) at the supervisor's last look. Touched only by the
+  /// supervisor thread.
+  private var lastRunTime: [Int32: UInt64] = [:]
+
+  /// Nanoseconds thread `tid` of this process has spent on a CPU, the first field of
+  /// `/proc/self/task/<tid>/schedstat`; nil where the kernel does not provide it.
+  private func cpuTime(_ tid: Int32) -> UInt64? {
+    guard let line = readSmallFile("/proc/self/task/\(tid)/schedstat") else { return nil }
+    var value: UInt64 = 0
+    var digits = 0
+    for byte in line {
+      guard byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9") else { break }
+      value = value &* 10 &+ UInt64(byte - UInt8(ascii: "0"))
+      digits += 1
+    }
+    return digits > 0 ? value : nil
   }
 
   /// The one-letter state of thread `tid` of this process, from `/proc`.
   private func threadState(_ tid: Int32) -> UInt8? {
-    let fd = open("/proc/self/task/\(tid)/stat", O_RDONLY | O_CLOEXEC)
+    guard let buffer = readSmallFile("/proc/self/task/\(tid)/stat") else { return nil }
+    // Format: "tid (comm) S ...": the state follows the last ')'.
+    guard let close = buffer.lastIndex(of: UInt8(ascii: ")")), close + 2 < buffer.count else {
+      return nil
+    }
+    return buffer[close + 2]
+  }
+
+  /// The first 512 bytes of a file under `/proc`, or nil if it cannot be read.
+  private func readSmallFile(_ path: String) -> [UInt8]? {
+    let fd = open(path, O_RDONLY | O_CLOEXEC)
     if fd < 0 { return nil }
     defer { close(fd) }
     var buffer = [UInt8](repeating: 0, count: 512)
     let n = read(fd, &buffer, buffer.count)
     guard n > 0 else { return nil }
-    // Format: "tid (comm) S ...": the state follows the last ')'.
-    guard let close = buffer[..<n].lastIndex(of: UInt8(ascii: ")")), close + 2 < n else {
-      return nil
-    }
-    return buffer[close + 2]
+    buffer.removeSubrange(n...)
+    return buffer
   }
 }
