@@ -1,26 +1,36 @@
 import MainLoop
 import Synchronization
 
-/// A custom concurrent queue's bookkeeping. Protected by the queue's `concurrentState` lock.
+/// A custom concurrent queue's bookkeeping behind its lock (`Queue.concurrentState`); the
+/// counts of items in flight live in the state word (`Queue.concurrentWord`, bit table in
+/// `ConcurrentWord.swift`).
 ///
 /// Walk-through:
-/// 1. An item starts at once (forwarded to the target) when nothing is pending ahead of it
-///    and it may start: a plain item while no barrier runs and fewer than `width` run; a
-///    barrier when nothing runs. Otherwise it waits in `pending`, in submission order.
-/// 2. When an item finishes, the lock is taken again and the longest startable prefix of
-///    `pending` starts: a run of plain items up to the width, or one barrier alone.
-/// 3. Suspension and inactivity stop step 1 and 2 from starting anything.
+/// 1. Submitting: an item starts at once, with one compare-and-swap on the word and no lock,
+///    when nothing waits, the queue is neither suspended nor inactive, and the items in flight
+///    leave room for it (a plain item: no barrier runs and fewer than `width` run; a barrier:
+///    nothing runs). Otherwise the submitter takes the lock, checks again, and appends the
+///    item to `pending`, setting PENDING (and BARRIER_HEAD if it is a barrier) in the same
+///    compare-and-swap that saw no room, so no finish can slip between the check and the flag.
+/// 2. Finishing: one compare-and-swap takes the item out of the counts. Only when that leaves
+///    room for the oldest waiting item does the finisher take the lock, and then it starts the
+///    longest startable prefix of `pending` (a run of plain items up to the width, or one
+///    barrier alone). A reader that finishes ahead of a waiting barrier, with others still
+///    running, touches no lock.
+/// 3. Suspension and inactivity set STOPPED (under the lock): nothing starts without the lock
+///    and the finishers leave `pending` alone; resuming or activating starts what may start.
 /// 4. Lifetime: while any item has started and not finished (`inFlight > 0`) the queue keeps
-///    itself alive with one retain, taken by the start that leaves zero and dropped by the
-///    finish that returns to it (after its last access to the queue) — so the items in
-///    flight, in the pool's jobs, hold it unretained (`PoolJob.concurrentItem`).
+///    itself alive with one retain, taken by the read-modify-write that takes `inFlight` from
+///    zero (before its item is forwarded, so before it can finish) and dropped by the one that
+///    returns it to zero (after that thread's last access to the queue). The items in flight,
+///    in the pool's jobs, hold the queue unretained (`PoolJob.concurrentItem`). A finisher
+///    that takes the lock holds a retain of its own across it.
 struct ConcurrentState {
   var pending = RingBuffer<TimedWork>(capacity: 16)
-  var running = 0
-  var barrierRunning = false
   var suspendCount = 0
   var inactive: Bool
-  /// Items that may run at once (``Queue/setWidth(_:)`` changes it).
+  /// Items that may run at once (``Queue/setWidth(_:)`` changes it); mirrored, for the
+  /// lock-free paths, in `Queue.concurrentWidth` (written under the lock).
   var width: Int
 
   init(inactive: Bool, width: Int) {
@@ -28,33 +38,17 @@ struct ConcurrentState {
     self.width = width
   }
 
-  func canStart(barrier: Bool) -> Bool {
-    if inactive || suspendCount > 0 || barrierRunning { return false }
-    return barrier ? running == 0 : running < width
-  }
+  /// Suspended or inactive: STOPPED in the state word.
+  var stopped: Bool { inactive || suspendCount > 0 }
 
-  /// Items started and not finished (a running barrier counts one).
-  var inFlight: Int { running + (barrierRunning ? 1 : 0) }
-
-  mutating func markStarted(barrier: Bool) {
-    if barrier { barrierRunning = true } else { running += 1 }
-  }
-
-  mutating func markFinished(barrier: Bool) {
-    if barrier { barrierRunning = false } else { running -= 1 }
-  }
-
-  /// Moves the items that may start now, in order, into `buffer` (at most its capacity;
-  /// marked started) and returns how many. No allocation: `buffer` is the caller's stack.
-  mutating func takeStartable(into buffer: UnsafeMutableBufferPointer<TimedWork>) -> Int {
-    var count = 0
-    while count < buffer.count, let first = pending.first, canStart(barrier: first.work.isBarrier) {
-      markStarted(barrier: first.work.isBarrier)
-      // Safe: slot `count` is uninitialised (the caller moves out what it filled).
-      (buffer.baseAddress! + count).initialize(to: pending.popFirst()!)
-      count += 1
+  /// The word's flag bits that describe this state (PENDING, STOPPED, BARRIER_HEAD).
+  var flags: UInt64 {
+    var flags: UInt64 = stopped ? ConcurrentWord.stopped : 0
+    if let first = pending.first {
+      flags |= ConcurrentWord.pending
+      if first.work.isBarrier { flags |= ConcurrentWord.barrierHead }
     }
-    return count
+    return flags
   }
 }
 
@@ -66,35 +60,63 @@ struct TimedWork {
 extension Queue {
   func concurrentEnqueue(_ work: QueueWork) {
     let enqueuedAt = Ticks.now()
-    let (startNow, wasIdle) = withHolderCountersAndState { counters, state -> (Bool, Bool) in
-      // Counted under the lock: a plain load and store, no read-modify-write.
-      counters.submitted.store(
-        counters.submitted.load(ordering: .relaxed) &+ 1, ordering: .relaxed)
-      if state.pending.isEmpty && state.canStart(barrier: work.isBarrier) {
-        let wasIdle = state.inFlight == 0
-        state.markStarted(barrier: work.isBarrier)
-        return (true, wasIdle)
+    let barrier = work.isBarrier
+    countSubmission()
+    if tryStartWithoutLock(barrier: barrier) {
+      forward(work, enqueuedAt: enqueuedAt)
+      return
+    }
+    let startNow = concurrentState!.withLock { state -> Bool in
+      // Under the lock the flags are stable; only the counts move (finishers).
+      let width = state.width
+      var current = ConcurrentWord(concurrentWord.load(ordering: .relaxed))
+      while true {
+        let next: ConcurrentWord
+        let starts = current.admits(barrier: barrier, width: width)
+        if starts {
+          next = current.starting(barrier: barrier)
+        } else {
+          var flags = ConcurrentWord.pending
+          if state.pending.isEmpty && barrier { flags |= ConcurrentWord.barrierHead }
+          next = ConcurrentWord(current.raw | flags)
+        }
+        let (exchanged, seen) = concurrentWord.compareExchange(
+          expected: current.raw, desired: next.raw, ordering: .acquiringAndReleasing)
+        if exchanged {
+          if starts {
+            // Rule 4: before the item can run (and finish).
+            if current.inFlight == 0 { _ = Unmanaged.passUnretained(self).retain() }
+            return true
+          }
+          break
+        }
+        current = ConcurrentWord(seen)
       }
       state.pending.append(TimedWork(work: work, enqueuedAt: enqueuedAt))
-      return (false, false)
+      return false
     }
-    guard startNow else { return }
-    // Rule 4: before the item can run (and finish).
-    if wasIdle { _ = Unmanaged.passUnretained(self).retain() }
-    forward(work, enqueuedAt: enqueuedAt)
+    if startNow { forward(work, enqueuedAt: enqueuedAt) }
   }
 
-  /// Runs `body` under the concurrent state's lock with the queue's counters (created with
-  /// the first item).
+  /// Step 1's lock-free start: one more item in flight if the word admits it. Takes the
+  /// queue's own retain when it leaves zero items in flight (rule 4).
   @inline(__always)
-  private func withHolderCountersAndState<T>(
-    _ body: (QueueCounters, inout ConcurrentState) -> T
-  ) -> T {
-    var result: T?
-    withHolderCounters { counters in
-      result = concurrentState!.withLock { body(counters, &$0) }
+  private func tryStartWithoutLock(barrier: Bool) -> Bool {
+    let width = concurrentWidth.load(ordering: .relaxed)
+    var current = ConcurrentWord(concurrentWord.load(ordering: .relaxed))
+    while current.admits(barrier: barrier, width: width) {
+      // Acquiring: the item sees what the items finished before it wrote (a barrier sees
+      // its readers' writes, a reader the barrier's). Releasing: orders the submission.
+      let (exchanged, seen) = concurrentWord.compareExchange(
+        expected: current.raw, desired: current.starting(barrier: barrier).raw,
+        ordering: .acquiringAndReleasing)
+      if exchanged {
+        if current.inFlight == 0 { _ = Unmanaged.passUnretained(self).retain() }
+        return true
+      }
+      current = ConcurrentWord(seen)
     }
-    return result!
+    return false
   }
 
   /// Sends one started item to the target. On a global queue the item travels in the pool
@@ -135,50 +157,106 @@ extension Queue {
   /// Items started at most per hold of the lock by `startPending`.
   private static let startBatch = 32
 
-  /// Records a finished item and starts whatever may start now.
+  /// Records a finished item (step 2) and starts whatever its finish makes room for.
   func concurrentFinished(barrier: Bool) {
-    startPending { counters, state in
-      // Under the lock: a plain load and store. Releasing: see `countCompletionExclusive`.
-      counters.completed.store(
-        counters.completed.load(ordering: .relaxed) &+ 1, ordering: .releasing)
-      state.markFinished(barrier: barrier)
+    // Releasing: a snapshot that loads `completed` (acquiring) also sees the item's
+    // submission counted. Before the finish below, which may be the last access.
+    withHolderCounters { $0.completed.wrappingAdd(1, ordering: .releasing) }
+    let width = concurrentWidth.load(ordering: .relaxed)
+    var current = ConcurrentWord(concurrentWord.load(ordering: .relaxed))
+    while true {
+      let next = current.finishing(barrier: barrier)
+      if next.headMayStart(width: width) { break }
+      // Releasing: the item's writes reach whoever starts after it; acquiring: the thread
+      // that returns the count to zero releases the queue after everything before it.
+      let (exchanged, seen) = concurrentWord.compareExchange(
+        expected: current.raw, desired: next.raw, ordering: .acquiringAndReleasing)
+      if exchanged {
+        // Rule 4: nothing below touches the queue.
+        if next.inFlight == 0 { Unmanaged.passUnretained(self).release() }
+        return
+      }
+      current = ConcurrentWord(seen)
+    }
+    // The finish makes room for the head of `pending`: take the lock. The item still counts
+    // as in flight, so the queue is alive for this retain, which covers the lock.
+    let queue = Unmanaged.passUnretained(self).retain()
+    startPendingCounting { _ in finishOne(barrier: barrier) }
+    queue.release()
+  }
+
+  /// Under the lock: takes one item of this kind out of the counts (a read-modify-write the
+  /// lock-free finishers may race with). Returns the change in items in flight as rule 4
+  /// sees it: -1 if it returned the count to zero, else 0.
+  private func finishOne(barrier: Bool) -> Int {
+    var current = ConcurrentWord(concurrentWord.load(ordering: .relaxed))
+    while true {
+      let next = current.finishing(barrier: barrier)
+      let (exchanged, seen) = concurrentWord.compareExchange(
+        expected: current.raw, desired: next.raw, ordering: .acquiringAndReleasing)
+      if exchanged { return next.inFlight == 0 ? -1 : 0 }
+      current = ConcurrentWord(seen)
+    }
+  }
+
+  /// Under the lock: moves the items that may start now, in order, into `buffer` (at most its
+  /// capacity), counting each in the word, then sets the word's flags to match what is left.
+  /// Takes the queue's own retain if a start leaves zero items in flight (rule 4: before
+  /// any of them is forwarded). No allocation: `buffer` is the caller's stack.
+  private func takeStartable(
+    _ state: inout ConcurrentState, into buffer: UnsafeMutableBufferPointer<TimedWork>
+  ) -> Int {
+    var count = 0
+    var current = ConcurrentWord(concurrentWord.load(ordering: .relaxed))
+    while count < buffer.count, !state.stopped, let first = state.pending.first {
+      let barrier = first.work.isBarrier
+      guard current.hasRoom(barrier: barrier, width: state.width) else { break }
+      let next = current.starting(barrier: barrier)
+      let (exchanged, seen) = concurrentWord.compareExchange(
+        expected: current.raw, desired: next.raw, ordering: .acquiringAndReleasing)
+      if !exchanged {
+        current = ConcurrentWord(seen)
+        continue
+      }
+      if current.inFlight == 0 { _ = Unmanaged.passUnretained(self).retain() }
+      current = next
+      // Safe: slot `count` is uninitialised (the caller moves out what it filled).
+      (buffer.baseAddress! + count).initialize(to: state.pending.popFirst()!)
+      count += 1
+    }
+    publishFlags(state)
+    return count
+  }
+
+  /// Under the lock: sets PENDING, STOPPED and BARRIER_HEAD to match `state`, keeping the
+  /// counts (which finishers may change meanwhile).
+  private func publishFlags(_ state: ConcurrentState) {
+    let flagMask = ConcurrentWord.pending | ConcurrentWord.stopped | ConcurrentWord.barrierHead
+    let flags = state.flags
+    var current = concurrentWord.load(ordering: .relaxed)
+    while current & flagMask != flags {
+      let (exchanged, seen) = concurrentWord.compareExchange(
+        expected: current, desired: current & ~flagMask | flags,
+        ordering: .acquiringAndReleasing)
+      if exchanged { return }
+      current = seen
     }
   }
 
   /// Runs `change` under the lock, then forwards what may start, `startBatch` items per
   /// hold of the lock (from a buffer on the stack: no allocation), until nothing may.
-  @inline(__always)
-  ///
-  /// Keeps rule 4, deciding under the lock, hold by hold: a hold that takes `inFlight` from
-  /// above zero to zero (only the first can, with `change`) owes the queue's release, done
-  /// last, after every access to the queue; a hold that takes it from zero to above zero
-  /// (any, if other threads finished everything meanwhile) retains before it forwards.
-  private func startPending(_ change: (QueueCounters, inout ConcurrentState) -> Void) {
+  /// `change` returns -1 if it returned the items in flight to zero (its thread then owes
+  /// the queue's release, rule 4), else 0. The caller keeps the queue alive for the call.
+  private func startPendingCounting(_ change: (inout ConcurrentState) -> Int) {
     var owesRelease = false
-    var holding = false
     withUnsafeTemporaryAllocation(of: TimedWork.self, capacity: Self.startBatch) { buffer in
       var first = true
       while true {
-        let (count, before, after) = withHolderCountersAndState {
-          counters, state -> (Int, Int, Int) in
-          let before = state.inFlight
-          if first { change(counters, &state) }
-          let count = state.pending.isEmpty ? 0 : state.takeStartable(into: buffer)
-          return (count, before, state.inFlight)
+        let count = concurrentState!.withLock { state -> Int in
+          if first && change(&state) < 0 { owesRelease = true }
+          return takeStartable(&state, into: buffer)
         }
         first = false
-        if before == 0 && after > 0 {
-          _ = Unmanaged.passUnretained(self).retain()
-        } else if before > 0 && after == 0 {
-          owesRelease = true
-        }
-        // Another hold follows: the items forwarded below may all finish meanwhile and drop
-        // the queue's own retain, and the caller may hold the queue unretained (a pool job),
-        // so keep it for the rest of this call. (Taken while items are in flight: alive.)
-        if count == Self.startBatch && !holding {
-          _ = Unmanaged.passUnretained(self).retain()
-          holding = true
-        }
         for index in 0..<count {
           // Safe: `takeStartable` initialised slots 0..<count; each is moved out once.
           let item = (buffer.baseAddress! + index).move()
@@ -187,9 +265,16 @@ extension Queue {
         if count < Self.startBatch { break }
       }
     }
-    // Rule 4: the last accesses to the queue (either release may free it).
+    // Rule 4: the last access to the queue by this call.
     if owesRelease { Unmanaged.passUnretained(self).release() }
-    if holding { Unmanaged.passUnretained(self).release() }
+  }
+
+  /// `startPendingCounting` for a change that does not touch the counts.
+  private func startPending(_ change: (inout ConcurrentState) -> Void) {
+    startPendingCounting { state -> Int in
+      change(&state)
+      return 0
+    }
   }
 
   /// Runs a child's item on this queue: for root queues, straight on the pool.
@@ -207,37 +292,33 @@ extension Queue {
   }
 
   /// The uncontended `sync` of a concurrent queue targeting a global queue: takes a slot (or
-  /// the whole queue, for a barrier) under the lock and returns true, or returns false.
+  /// the whole queue, for a barrier) without the lock and returns true, or returns false.
   func concurrentTrySyncStart(barrier: Bool) -> Bool {
     guard targetIsRoot.load(ordering: .relaxed) else { return false }
-    let (started, wasIdle) = concurrentState!.withLock { state -> (Bool, Bool) in
-      guard state.pending.isEmpty, state.canStart(barrier: barrier) else {
-        return (false, false)
-      }
-      let wasIdle = state.inFlight == 0
-      state.markStarted(barrier: barrier)
-      return (true, wasIdle)
-    }
-    // Rule 4 (the caller's `concurrentFinished` drops it).
-    if wasIdle { _ = Unmanaged.passUnretained(self).retain() }
-    return started
+    // Rule 4's retain, if any, is dropped by the caller's `concurrentFinished`.
+    return tryStartWithoutLock(barrier: barrier)
   }
 
   /// Sets the width of this concurrent queue; see ``Queue/setWidth(_:)``.
   func concurrentSetWidth(_ newWidth: Int) {
-    startPending { _, state in
+    // The caller holds the queue: alive across the lock.
+    startPending { state in
       state.width = newWidth
+      concurrentWidth.store(newWidth, ordering: .relaxed)
       sanitizerWidth = UInt16(clamping: newWidth)
     }
   }
 
   func concurrentSuspend() {
-    concurrentState!.withLock { $0.suspendCount += 1 }
+    concurrentState!.withLock { state in
+      state.suspendCount += 1
+      publishFlags(state)
+    }
   }
 
   func concurrentResume() {
     var overResumed = false
-    startPending { _, state in
+    startPending { state in
       if state.suspendCount == 0 {
         if !state.inactive {
           overResumed = true
@@ -254,6 +335,6 @@ extension Queue {
   }
 
   func concurrentActivate() {
-    startPending { _, state in state.inactive = false }
+    startPending { state in state.inactive = false }
   }
 }

@@ -96,6 +96,11 @@ public final class Queue: @unchecked Sendable {
 
   /// Present for custom concurrent queues. Protected by its own lock.
   let concurrentState: LockedValue<ConcurrentState>?
+  /// Atomic. A custom concurrent queue's state word (`ConcurrentWord.swift`); 0 otherwise.
+  let concurrentWord = Atomic<UInt64>(0)
+  /// Atomic. A custom concurrent queue's width, for its lock-free paths: written under its
+  /// lock (`ConcurrentState.width` is the copy the lock holder uses), read relaxed.
+  let concurrentWidth = Atomic<Int>(Int.max)
 
   /// Maximum items running at once: 1 for serial queues and the main queue, unlimited for
   /// global queues, the width (``setWidth(_:)``) of a concurrent queue.
@@ -145,9 +150,10 @@ public final class Queue: @unchecked Sendable {
         clientBug("concurrent queue width must be at least 1, got \(width) (queue \"\(label)\")")
       }
       sanitizerWidth = UInt16(clamping: width ?? Int.max)
-      concurrentState = LockedValue(
-        ConcurrentState(
-          inactive: attributes.contains(.initiallyInactive), width: width ?? Int.max))
+      let inactive = attributes.contains(.initiallyInactive)
+      concurrentState = LockedValue(ConcurrentState(inactive: inactive, width: width ?? Int.max))
+      concurrentWidth.store(width ?? Int.max, ordering: .relaxed)
+      if inactive { concurrentWord.store(ConcurrentWord.stopped, ordering: .relaxed) }
     } else {
       kind = .serial
       if let width {
