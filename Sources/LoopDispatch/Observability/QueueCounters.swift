@@ -38,6 +38,14 @@ final class QueueCounters: Sendable {
   /// holder writes it, so the fast `sync` path adds no locked instruction; the queue's
   /// submission figure is `submitted + syncSubmitted`.
   let syncSubmitted = Atomic<UInt64>(0)
+  /// Keeps the figures below, which the threads running the queue's items write, off the
+  /// cache line of `submitted`, which the submitting threads write: without it every item
+  /// moved that line between the submitter's core and the worker's (a concurrent queue fed
+  /// by one thread, or producers feeding a serial queue). 56 bytes: with `syncSubmitted`,
+  /// at least one whole line apart whatever the object's alignment.
+  private let padding: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) = (
+    0, 0, 0, 0, 0, 0, 0
+  )
   let completed = Atomic<UInt64>(0)
   /// Longest submission-to-start wait, in `Ticks`.
   let maxWaitTicks = Atomic<UInt64>(0)

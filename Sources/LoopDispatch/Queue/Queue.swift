@@ -151,7 +151,8 @@ public final class Queue: @unchecked Sendable {
       }
       sanitizerWidth = UInt16(clamping: width ?? Int.max)
       let inactive = attributes.contains(.initiallyInactive)
-      concurrentState = LockedValue(ConcurrentState(inactive: inactive, width: width ?? Int.max))
+      concurrentState = LockedValue(
+        ConcurrentState(inactive: inactive, width: width ?? Int.max), adaptive: true)
       concurrentWidth.store(width ?? Int.max, ordering: .relaxed)
       if inactive { concurrentWord.store(ConcurrentWord.stopped, ordering: .relaxed) }
     } else {
