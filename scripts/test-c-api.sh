@@ -61,3 +61,5 @@ expect_bug wait-plain-block 'dispatch_block_wait on a block not made by dispatch
 expect_bug wait-block-run-twice \
   'dispatch_block_wait: a block object may not be both run more than once and waited for'
 expect_bug release-suspended 'queue "c.suspended" was released while suspended or inactive'
+expect_bug not-data 'dispatch_data_get_size called with an object that is not a dispatch_data_t'
+expect_bug data-null-buffer 'dispatch_data_create called with a NULL buffer of 8 bytes'

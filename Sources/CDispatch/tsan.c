@@ -2,7 +2,7 @@
 // built with -fsanitize=thread links clang's TSan runtime, whose interceptors for
 // dispatch_async, dispatch_sync, groups, semaphores, sources and the rest add the
 // happens-before edges a race detector must see (LoopDispatch itself is not instrumented).
-// They reference two kinds of libdispatch symbols, defined here:
+// They reference two kinds of libdispatch symbols:
 //
 // 1. `dispatch_queue_offsets`: where, inside the object behind a queue (or source) handle,
 //    the interceptors read the target queue (to walk the target chain) and the width (1:
@@ -12,8 +12,7 @@
 //    (`test_sanitizer_layout` in Tests/CAPI/capi_tests.c) checks these against the objects.
 // 2. `_dispatch_data_destructor_free` and `_munmap`: the identities of
 //    DISPATCH_DATA_DESTRUCTOR_FREE and _MUNMAP, which the dispatch_data_create interceptor
-//    compares against (LoopDispatch has no dispatch_data yet; the interceptor is never
-//    reached).
+//    compares against; defined with the data objects, in data.c.
 #include <dispatch/dispatch.h>
 
 #include <stdint.h>
@@ -47,11 +46,4 @@ const struct dispatch_queue_offsets_s dispatch_queue_offsets = {
     .dqo_width_size = 2,
     .dqo_target_queue = 16,
     .dqo_target_queue_size = 8,
-};
-
-DISPATCH_EXPORT const dispatch_block_t _dispatch_data_destructor_free;
-DISPATCH_EXPORT const dispatch_block_t _dispatch_data_destructor_munmap;
-const dispatch_block_t _dispatch_data_destructor_free = ^{
-};
-const dispatch_block_t _dispatch_data_destructor_munmap = ^{
 };

@@ -175,21 +175,24 @@ enum CHandle {
   }
 }
 
-@_cdecl("dispatch_retain")
+// `dispatch_retain` is in C (Sources/CDispatch/data.c): it leaves dispatch_data_empty alone.
+@_cdecl("_loopdispatch_retain")
 public func cDispatchRetain(_ object: UnsafeMutableRawPointer?) {
   let object = nonNull(object, "dispatch_retain")
   if CHandle.isProcessLifetime(CHandle.object(object)) { return }
   _ = Unmanaged<AnyObject>.fromOpaque(object).retain()
 }
 
-@_cdecl("dispatch_release")
+// `dispatch_release` is in C (Sources/CDispatch/data.c): it leaves dispatch_data_empty alone.
+@_cdecl("_loopdispatch_release")
 public func cDispatchRelease(_ object: UnsafeMutableRawPointer?) {
   let object = nonNull(object, "dispatch_release")
   if CHandle.isProcessLifetime(CHandle.object(object)) { return }
   Unmanaged<AnyObject>.fromOpaque(object).release()
 }
 
-@_cdecl("dispatch_get_context")
+// `dispatch_get_context` is in C (Sources/CDispatch/data.c): it leaves dispatch_data_empty alone.
+@_cdecl("_loopdispatch_get_context")
 public func cDispatchGetContext(_ object: UnsafeMutableRawPointer?) -> UnsafeMutableRawPointer? {
   let object = nonNull(object, "dispatch_get_context")
   switch CHandle.object(object) {
@@ -199,7 +202,8 @@ public func cDispatchGetContext(_ object: UnsafeMutableRawPointer?) -> UnsafeMut
   }
 }
 
-@_cdecl("dispatch_set_context")
+// `dispatch_set_context` is in C (Sources/CDispatch/data.c): it leaves dispatch_data_empty alone.
+@_cdecl("_loopdispatch_set_context")
 public func cDispatchSetContext(
   _ object: UnsafeMutableRawPointer?, _ context: UnsafeMutableRawPointer?
 ) {
@@ -211,7 +215,8 @@ public func cDispatchSetContext(
   }
 }
 
-@_cdecl("dispatch_set_finalizer_f")
+// `dispatch_set_finalizer_f` is in C (Sources/CDispatch/data.c): it leaves dispatch_data_empty alone.
+@_cdecl("_loopdispatch_set_finalizer_f")
 public func cDispatchSetFinalizerF(
   _ object: UnsafeMutableRawPointer?, _ finalizer: CFinalizer?
 ) {

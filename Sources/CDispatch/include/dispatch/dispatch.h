@@ -60,6 +60,7 @@ typedef struct dispatch_group_s *dispatch_group_t;
 typedef struct dispatch_semaphore_s *dispatch_semaphore_t;
 typedef struct dispatch_source_s *dispatch_source_t;
 typedef struct dispatch_queue_attr_s *dispatch_queue_attr_t;
+typedef struct dispatch_data_s *dispatch_data_t;
 
 /* Any dispatch object, in C: a transparent union, so every object type converts to it. */
 #ifdef __cplusplus
@@ -72,6 +73,7 @@ typedef union {
   struct dispatch_semaphore_s *_dsema;
   struct dispatch_source_s *_ds;
   struct dispatch_queue_attr_s *_dqa;
+  struct dispatch_data_s *_ddata;
 } dispatch_object_t __attribute__((__transparent_union__));
 #endif
 
@@ -363,6 +365,40 @@ DISPATCH_EXPORT void dispatch_source_merge_data(dispatch_source_t source, uintpt
  * DISPATCH_TIME_FOREVER never fires. `leeway` is accepted and not used (timers are precise). */
 DISPATCH_EXPORT void dispatch_source_set_timer(
     dispatch_source_t source, dispatch_time_t start, uint64_t interval, uint64_t leeway);
+
+/* ---- Data ---------------------------------------------------------------------------- */
+
+/* Immutable bytes in one or more regions of memory. Concatenation and subranges share the
+ * regions (no copy); the destructor of memory adopted without a copy runs once, after the
+ * last object that uses it is released. dispatch_data_empty is one object for the process,
+ * which dispatch_retain and dispatch_release leave alone. */
+DISPATCH_EXPORT struct dispatch_data_s _dispatch_data_empty;
+#define dispatch_data_empty (&_dispatch_data_empty)
+
+/* Destructors for dispatch_data_create: DEFAULT copies the buffer; FREE adopts it and calls
+ * free(3) (the queue is ignored); MUNMAP adopts it and calls munmap(2) on the whole size;
+ * any other block adopts it and is submitted to the queue (NULL: the default global queue). */
+#define DISPATCH_DATA_DESTRUCTOR_DEFAULT NULL
+DISPATCH_EXPORT const dispatch_block_t _dispatch_data_destructor_free;
+DISPATCH_EXPORT const dispatch_block_t _dispatch_data_destructor_munmap;
+#define DISPATCH_DATA_DESTRUCTOR_FREE (_dispatch_data_destructor_free)
+#define DISPATCH_DATA_DESTRUCTOR_MUNMAP (_dispatch_data_destructor_munmap)
+
+DISPATCH_EXPORT DISPATCH_WARN_RESULT dispatch_data_t dispatch_data_create(
+    const void *buffer, size_t size, dispatch_queue_t queue, dispatch_block_t destructor);
+DISPATCH_EXPORT size_t dispatch_data_get_size(dispatch_data_t data);
+DISPATCH_EXPORT DISPATCH_WARN_RESULT dispatch_data_t dispatch_data_create_map(
+    dispatch_data_t data, const void **buffer_ptr, size_t *size_ptr);
+DISPATCH_EXPORT DISPATCH_WARN_RESULT dispatch_data_t dispatch_data_create_concat(
+    dispatch_data_t data1, dispatch_data_t data2);
+DISPATCH_EXPORT DISPATCH_WARN_RESULT dispatch_data_t dispatch_data_create_subrange(
+    dispatch_data_t data, size_t offset, size_t length);
+typedef bool (^dispatch_data_applier_t)(
+    dispatch_data_t region, size_t offset, const void *buffer, size_t size);
+DISPATCH_EXPORT bool dispatch_data_apply(
+    dispatch_data_t data, DISPATCH_NOESCAPE dispatch_data_applier_t applier);
+DISPATCH_EXPORT DISPATCH_WARN_RESULT dispatch_data_t dispatch_data_copy_region(
+    dispatch_data_t data, size_t location, size_t *offset_ptr);
 
 /* ---- Debugging ----------------------------------------------------------------------- */
 

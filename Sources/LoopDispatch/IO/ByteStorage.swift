@@ -1,0 +1,68 @@
+import Glibc
+
+/// One contiguous run of bytes that ``Bytes`` values share, and how it is given back.
+///
+/// Immutable: the bytes are never written after the storage is made, so any thread may read
+/// them. The `release` runs exactly once, from `deinit`, after the last ``Bytes`` value that
+/// refers to the storage is gone.
+final class ByteStorage: @unchecked Sendable {
+  // @unchecked Sendable: every field is a `let`; the bytes behind `base` are not written after
+  // `init` (the owner handed them over), and `deinit` runs once, on the last release.
+  let base: UnsafeRawPointer
+  let count: Int
+  private let release: Release
+
+  /// Who gives the memory back.
+  private enum Release {
+    /// Memory allocated here (a copy).
+    case owned
+    /// The client's memory, adopted without a copy.
+    case client(Bytes.Deallocator)
+  }
+
+  /// Copies `source` into memory this storage owns.
+  init(copying source: UnsafeRawBufferPointer) {
+    let memory = UnsafeMutableRawPointer.allocate(byteCount: max(source.count, 1), alignment: 16)
+    if let from = source.baseAddress, source.count > 0 {
+      // Safe: `memory` holds at least `source.count` bytes; the regions do not overlap.
+      memory.copyMemory(from: from, byteCount: source.count)
+    }
+    base = UnsafeRawPointer(memory)
+    count = source.count
+    release = .owned
+  }
+
+  /// Takes `count` bytes at `base` as they are; `release` gives them back.
+  init(adopting base: UnsafeRawPointer, count: Int, deallocator: Bytes.Deallocator) {
+    self.base = base
+    self.count = count
+    release = .client(deallocator)
+  }
+
+  /// `count` bytes of new memory, all written by `fill` before anyone else sees the storage.
+  init(count: Int, fill: (UnsafeMutableRawBufferPointer) -> Void) {
+    let memory = UnsafeMutableRawPointer.allocate(byteCount: max(count, 1), alignment: 16)
+    // Safe: `memory` is `count` bytes, written once by `fill` before `base` is published.
+    fill(UnsafeMutableRawBufferPointer(start: memory, count: count))
+    base = UnsafeRawPointer(memory)
+    self.count = count
+    release = .owned
+  }
+
+  deinit {
+    // Safe: the memory is no longer reachable (this was the last reference), and each case
+    // gives it back the way it was obtained.
+    switch release {
+    case .owned:
+      UnsafeMutableRawPointer(mutating: base).deallocate()
+    case .client(.free):
+      Glibc.free(UnsafeMutableRawPointer(mutating: base))
+    case .client(.unmap):
+      _ = munmap(UnsafeMutableRawPointer(mutating: base), count)
+    case .client(.none):
+      break
+    case .client(.custom(let queue, let body)):
+      queue.async(execute: body)
+    }
+  }
+}

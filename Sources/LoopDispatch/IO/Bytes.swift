@@ -1,0 +1,241 @@
+import Glibc
+
+/// An immutable run of bytes, possibly made of several regions in memory: GCD's
+/// `dispatch_data_t` as a Swift value.
+///
+/// Concatenating and taking a subrange share the regions' memory, never copy it; so does
+/// passing a value around. Bytes adopted without a copy (``init(noCopy:deallocator:)``) are
+/// given back once, after the last value that refers to them is gone. Reading the bytes as
+/// one buffer (``withUnsafeBytes(_:)``) copies only when there is more than one region.
+///
+/// ```swift
+/// let head = Bytes("GET / HTTP/1.1\r\n".utf8)
+/// let message = head + Bytes("\r\n".utf8)        // two regions, nothing copied
+/// message.forEachRegion { offset, region in       // each region in order
+///   print(offset, region.count)
+///   return true
+/// }
+/// ```
+public struct Bytes: Sendable {
+  /// A slice of one storage.
+  struct Region: Sendable {
+    let storage: ByteStorage
+    let offset: Int
+    let count: Int
+
+    var buffer: UnsafeRawBufferPointer {
+      // Safe: `offset + count` is within the storage, which this region keeps alive.
+      UnsafeRawBufferPointer(start: storage.base + offset, count: count)
+    }
+  }
+
+  /// How memory adopted without a copy is given back when the last value using it is gone.
+  public enum Deallocator: Sendable {
+    /// `free(3)`: the memory came from `malloc`.
+    case free
+    /// `munmap(2)` of the whole length: the memory came from `mmap`.
+    case unmap
+    /// Nothing: the memory outlives every value (static data, or the caller's own).
+    case none
+    /// Submits `body` to `queue`.
+    case custom(queue: Queue, body: @Sendable () -> Void)
+  }
+
+  /// The regions in order, none empty.
+  let regions: [Region]
+  /// The total length in bytes.
+  public let count: Int
+
+  /// No bytes.
+  public static let empty = Bytes()
+
+  /// No bytes.
+  public init() {
+    regions = []
+    count = 0
+  }
+
+  init(regions: [Region]) {
+    self.regions = regions
+    count = regions.reduce(0) { $0 + $1.count }
+  }
+
+  /// A copy of the bytes in `buffer`.
+  public init(copying buffer: UnsafeRawBufferPointer) {
+    if buffer.isEmpty {
+      self.init()
+    } else {
+      let storage = ByteStorage(copying: buffer)
+      self.init(regions: [Region(storage: storage, offset: 0, count: storage.count)])
+    }
+  }
+
+  /// A copy of `bytes`.
+  public init<S: Sequence>(_ bytes: S) where S.Element == UInt8 {
+    let array = Array(bytes)
+    self = array.withUnsafeBytes { Bytes(copying: $0) }
+  }
+
+  /// The bytes in `buffer`, adopted without a copy: nobody may write them while any value
+  /// refers to them, and `deallocator` gives them back after the last one is gone (also at
+  /// once, for an empty buffer).
+  public init(noCopy buffer: UnsafeRawBufferPointer, deallocator: Deallocator) {
+    guard let base = buffer.baseAddress else {
+      self.init()
+      return
+    }
+    let storage = ByteStorage(adopting: base, count: buffer.count, deallocator: deallocator)
+    if buffer.isEmpty {
+      self.init()  // `storage` is released here, which runs the deallocator once.
+      return
+    }
+    self.init(regions: [Region(storage: storage, offset: 0, count: buffer.count)])
+  }
+
+  /// `count` bytes written by `fill` into new memory (no copy afterwards).
+  init(count: Int, fill: (UnsafeMutableRawBufferPointer) -> Void) {
+    guard count > 0 else {
+      self.init()
+      return
+    }
+    let storage = ByteStorage(count: count, fill: fill)
+    self.init(regions: [Region(storage: storage, offset: 0, count: count)])
+  }
+
+  /// Whether there are no bytes.
+  public var isEmpty: Bool { count == 0 }
+
+  /// How many regions of memory the bytes are in (0 when empty).
+  public var regionCount: Int { regions.count }
+
+  /// `left` then `right`, sharing both one's memory (no copy).
+  public static func + (left: Bytes, right: Bytes) -> Bytes {
+    if left.isEmpty { return right }
+    if right.isEmpty { return left }
+    return Bytes(regions: left.regions + right.regions)
+  }
+
+  /// The bytes in `range` (clamped to `0..<count`), sharing this value's memory.
+  public subscript(range: Range<Int>) -> Bytes {
+    let lower = Swift.min(Swift.max(range.lowerBound, 0), count)
+    let upper = Swift.min(Swift.max(range.upperBound, lower), count)
+    if lower == 0 && upper == count { return self }
+    if lower == upper { return Bytes() }
+    var result: [Region] = []
+    var start = 0
+    for region in regions {
+      let end = start + region.count
+      defer { start = end }
+      if end <= lower { continue }
+      if start >= upper { break }
+      let from = Swift.max(lower, start) - start
+      let to = Swift.min(upper, end) - start
+      result.append(Region(storage: region.storage, offset: region.offset + from, count: to - from))
+    }
+    return Bytes(regions: result)
+  }
+
+  /// Calls `body` with each region in order and its offset in the whole; stops when `body`
+  /// returns false. Returns false if it stopped early, true otherwise (also when empty).
+  @discardableResult
+  public func forEachRegion(
+    _ body: (_ offset: Int, _ region: UnsafeRawBufferPointer) throws -> Bool
+  ) rethrows -> Bool {
+    var offset = 0
+    for region in regions {
+      guard try body(offset, region.buffer) else { return false }
+      offset += region.count
+    }
+    return true
+  }
+
+  /// The same bytes in one region: this value when it already is one (no copy), else a copy.
+  public func contiguous() -> Bytes {
+    if regions.count <= 1 { return self }
+    return Bytes(count: count) { target in
+      var offset = 0
+      for region in regions {
+        // Safe: the target holds `count` bytes, the sum of the regions' lengths.
+        target.baseAddress!.advanced(by: offset).copyMemory(
+          from: region.buffer.baseAddress!, byteCount: region.count)
+        offset += region.count
+      }
+    }
+  }
+
+  /// Calls `body` with the bytes as one buffer (copied first if they are in several regions).
+  /// The buffer is valid only during the call.
+  public func withUnsafeBytes<Result>(
+    _ body: (UnsafeRawBufferPointer) throws -> Result
+  ) rethrows -> Result {
+    let whole = contiguous()
+    guard let region = whole.regions.first else {
+      return try body(UnsafeRawBufferPointer(start: nil, count: 0))
+    }
+    return try withExtendedLifetime(whole) { try body(region.buffer) }
+  }
+
+  /// The region that holds byte `location`, and the region's offset in the whole; nil when
+  /// `location` is not below ``count``.
+  public func region(containing location: Int) -> (region: Bytes, offset: Int)? {
+    guard location >= 0 && location < count else { return nil }
+    var start = 0
+    for region in regions {
+      if location < start + region.count { return (Bytes(regions: [region]), start) }
+      start += region.count
+    }
+    return nil
+  }
+
+  /// The bytes as an array (a copy).
+  public var array: [UInt8] {
+    var result = [UInt8]()
+    result.reserveCapacity(count)
+    forEachRegion { _, region in
+      result.append(contentsOf: region)
+      return true
+    }
+    return result
+  }
+}
+
+// MARK: - For the C API (`dispatch_data_t`)
+
+extension Bytes {
+  /// Gives `buffer` back through `deallocator` now: what adopting it and dropping the last
+  /// value would do (the C API's empty buffers, which it does not keep).
+  package static func giveBack(_ buffer: UnsafeRawBufferPointer, _ deallocator: Deallocator) {
+    switch deallocator {
+    case .free: Glibc.free(UnsafeMutableRawPointer(mutating: buffer.baseAddress))
+    case .unmap:
+      if let base = buffer.baseAddress {
+        _ = munmap(UnsafeMutableRawPointer(mutating: base), buffer.count)
+      }
+    case .none: break
+    case .custom(let queue, let body): queue.async(execute: body)
+    }
+  }
+
+  /// The first region's first byte (the whole, for a contiguous value), or nil when empty.
+  package var firstRegionStart: UnsafeRawPointer? { regions.first?.buffer.baseAddress }
+
+  /// As ``forEachRegion(_:)``, also passing each region as a value of its own.
+  @discardableResult
+  package func forEachRegionValue(
+    _ body: (_ offset: Int, _ region: Bytes, _ buffer: UnsafeRawBufferPointer) throws -> Bool
+  ) rethrows -> Bool {
+    var offset = 0
+    for region in regions {
+      guard try body(offset, Bytes(regions: [region]), region.buffer) else { return false }
+      offset += region.count
+    }
+    return true
+  }
+}
+
+extension Bytes: Equatable {
+  /// Equal when the bytes are, whatever the regions.
+  public static func == (left: Bytes, right: Bytes) -> Bool {
+    left.count == right.count && left.array == right.array
+  }
+}
