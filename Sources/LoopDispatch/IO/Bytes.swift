@@ -102,6 +102,27 @@ public struct Bytes: Sendable {
     self.init(regions: [Region(storage: storage, offset: 0, count: count)])
   }
 
+  /// Up to `capacity` bytes that `fill` writes into new memory, returning how many it wrote
+  /// (a read). A short fill is copied into memory of its own size when it uses less than
+  /// half, so a few bytes read into a large buffer do not keep the buffer.
+  package init(readingUpTo capacity: Int, fill: (UnsafeMutableRawBufferPointer) -> Int) {
+    guard capacity > 0 else {
+      self.init()
+      return
+    }
+    var used = 0
+    let storage = ByteStorage(count: capacity) {
+      used = Swift.min(Swift.max(fill($0), 0), $0.count)
+    }
+    if used == 0 {
+      self.init()
+    } else if used * 2 < capacity {
+      self.init(copying: UnsafeRawBufferPointer(start: storage.base, count: used))
+    } else {
+      self.init(regions: [Region(storage: storage, offset: 0, count: used)])
+    }
+  }
+
   /// Whether there are no bytes.
   public var isEmpty: Bool { count == 0 }
 

@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -61,6 +62,7 @@ typedef struct dispatch_semaphore_s *dispatch_semaphore_t;
 typedef struct dispatch_source_s *dispatch_source_t;
 typedef struct dispatch_queue_attr_s *dispatch_queue_attr_t;
 typedef struct dispatch_data_s *dispatch_data_t;
+typedef struct dispatch_io_s *dispatch_io_t;
 
 /* Any dispatch object, in C: a transparent union, so every object type converts to it. */
 #ifdef __cplusplus
@@ -74,6 +76,7 @@ typedef union {
   struct dispatch_source_s *_ds;
   struct dispatch_queue_attr_s *_dqa;
   struct dispatch_data_s *_ddata;
+  struct dispatch_io_s *_dchannel;
 } dispatch_object_t __attribute__((__transparent_union__));
 #endif
 
@@ -399,6 +402,45 @@ DISPATCH_EXPORT bool dispatch_data_apply(
     dispatch_data_t data, DISPATCH_NOESCAPE dispatch_data_applier_t applier);
 DISPATCH_EXPORT DISPATCH_WARN_RESULT dispatch_data_t dispatch_data_copy_region(
     dispatch_data_t data, size_t location, size_t *offset_ptr);
+
+/* ---- I/O channels ---------------------------------------------------------------------- */
+
+/* Reads and writes of whole buffers on a descriptor. Sockets, pipes and terminals are read
+ * and written when the event loop reports them ready (non-blocking for the channel's life);
+ * regular files with pread/pwrite on a pool worker. Handlers get partial data between the
+ * water marks and a last call with done; errors are errno values. */
+#define DISPATCH_IO_STREAM 0
+#define DISPATCH_IO_RANDOM 1
+typedef unsigned long dispatch_io_type_t;
+#define DISPATCH_IO_STOP 0x1
+typedef unsigned long dispatch_io_close_flags_t;
+#define DISPATCH_IO_STRICT_INTERVAL 0x1
+typedef unsigned long dispatch_io_interval_flags_t;
+typedef void (^dispatch_io_handler_t)(bool done, dispatch_data_t data, int error);
+
+DISPATCH_EXPORT void dispatch_read(dispatch_fd_t fd, size_t length, dispatch_queue_t queue,
+    void (^handler)(dispatch_data_t data, int error));
+DISPATCH_EXPORT void dispatch_write(dispatch_fd_t fd, dispatch_data_t data,
+    dispatch_queue_t queue, void (^handler)(dispatch_data_t data, int error));
+DISPATCH_EXPORT dispatch_io_t dispatch_io_create(dispatch_io_type_t type, dispatch_fd_t fd,
+    dispatch_queue_t queue, void (^cleanup_handler)(int error));
+DISPATCH_EXPORT DISPATCH_WARN_RESULT dispatch_io_t dispatch_io_create_with_path(
+    dispatch_io_type_t type, const char *path, int oflag, mode_t mode, dispatch_queue_t queue,
+    void (^cleanup_handler)(int error));
+DISPATCH_EXPORT DISPATCH_WARN_RESULT dispatch_io_t dispatch_io_create_with_io(
+    dispatch_io_type_t type, dispatch_io_t io, dispatch_queue_t queue,
+    void (^cleanup_handler)(int error));
+DISPATCH_EXPORT void dispatch_io_read(dispatch_io_t channel, off_t offset, size_t length,
+    dispatch_queue_t queue, dispatch_io_handler_t io_handler);
+DISPATCH_EXPORT void dispatch_io_write(dispatch_io_t channel, off_t offset,
+    dispatch_data_t data, dispatch_queue_t queue, dispatch_io_handler_t io_handler);
+DISPATCH_EXPORT void dispatch_io_close(dispatch_io_t channel, dispatch_io_close_flags_t flags);
+DISPATCH_EXPORT void dispatch_io_barrier(dispatch_io_t channel, dispatch_block_t barrier);
+DISPATCH_EXPORT dispatch_fd_t dispatch_io_get_descriptor(dispatch_io_t channel);
+DISPATCH_EXPORT void dispatch_io_set_high_water(dispatch_io_t channel, size_t high_water);
+DISPATCH_EXPORT void dispatch_io_set_low_water(dispatch_io_t channel, size_t low_water);
+DISPATCH_EXPORT void dispatch_io_set_interval(
+    dispatch_io_t channel, uint64_t interval, dispatch_io_interval_flags_t flags);
 
 /* ---- Debugging ----------------------------------------------------------------------- */
 

@@ -1,0 +1,633 @@
+import Glibc
+import MainLoop
+
+/// A channel over a file descriptor that reads and writes whole buffers for the program: GCD's
+/// `dispatch_io_t`.
+///
+/// A read hands its handler the bytes as they arrive, in ``Bytes`` values between the water
+/// marks, then a last call with `done`; a write reports what is left to write, then `done`.
+/// Errors arrive as `errno` values in the handler, with `done`.
+///
+/// Where the work happens: sockets, pipes and terminals are made non-blocking for the
+/// channel's life (their flags are restored at cleanup) and are read and written when the
+/// I/O driver reports them ready (``ReadSource``, ``WriteSource``): no thread waits on them.
+/// Regular files are read and written with `pread`/`pwrite` (or `read`/`write` on a stream
+/// channel) by a pool worker.
+///
+/// Order and lifetime:
+/// - Operations start in submission order: reads one at a time, writes one at a time, a read
+///   and a write at once; a barrier (``barrier(_:)``) waits for everything before it and
+///   holds back everything after it.
+/// - ``close(stop:)``: operations submitted afterwards fail with `ECANCELED`; with `stop`,
+///   so do the ones not finished.
+/// - The cleanup handler runs once, when the channel no longer uses the descriptor: after it
+///   is closed (or released) and its last operation has finished. A channel made from a path
+///   opens the file at its first operation and closes it before the cleanup handler runs.
+///
+/// ```swift
+/// let channel = IOChannel(kind: .stream, fd: pipeReadEnd, cleanup: { _ in close(pipeReadEnd) })
+/// channel.setLowWater(1)
+/// channel.read(length: .max, queue: .main) { done, data, error in
+///   print("got \(data.count) bytes")
+///   if done { channel.close() }
+/// }
+/// ```
+///
+/// Thread-safety: every method may be called from any thread. The channel's state is touched
+/// only on its private serial queue (`control`); the methods hop onto it.
+public final class IOChannel: @unchecked Sendable {
+  // @unchecked Sendable: the mutable state below is touched only by blocks running on
+  // `control` (a serial queue), which orders every access.
+
+  /// How offsets are read.
+  public enum Kind: Sendable {
+    /// A stream (a pipe, a socket, a terminal, or a file read from its current position):
+    /// offsets are ignored.
+    case stream
+    /// A file read at offsets relative to its position when the channel was made.
+    case random
+  }
+
+  /// Called as a read progresses: `done` on the last call, `data` the bytes since the last
+  /// call, `error` an `errno` value (0: none; with `done` and empty data at the end of the
+  /// file).
+  public typealias ReadHandler = @Sendable (_ done: Bool, _ data: Bytes, _ error: Int32) -> Void
+  /// Called as a write progresses: `done` on the last call, `remaining` the bytes not yet
+  /// written, `error` an `errno` value (0: none).
+  public typealias WriteHandler =
+    @Sendable (_ done: Bool, _ remaining: Bytes, _ error: Int32) -> Void
+
+  /// Whether offsets count (``Kind/random``) or not (``Kind/stream``).
+  public let kind: Kind
+  /// The channel's own serial queue: every state change runs on it.
+  let control: Queue
+  private let cleanupQueue: Queue
+  private let cleanupHandler: (@Sendable (Int32) -> Void)?
+
+  // MARK: State (only on `control`)
+
+  /// Where the descriptor comes from.
+  private enum Origin {
+    case descriptor(Int32)
+    case path(String, flags: Int32, mode: mode_t)
+    case channel(IOChannel)
+  }
+  private let origin: Origin
+  /// The descriptor once known (-1 before a path is opened).
+  private var fd: Int32 = -1
+  /// Whether `fd` was checked (fstat) and prepared.
+  private var prepared = false
+  /// A regular file (or block device): I/O on a pool worker, not through readiness.
+  private var isFile = false
+  private var isSocket = false
+  /// The descriptor's flags before the channel made it non-blocking (nil: untouched).
+  private var savedFlags: Int32?
+  /// The file position when the channel was made (random channels' offset 0).
+  private var baseOffset: off_t = 0
+  /// The first error that makes the channel unusable (a bad descriptor, a failed open).
+  private var failure: Int32 = 0
+  private var closed = false
+  private var cleanedUp = false
+
+  private var waiting: [IOOperation] = []
+  /// Finished operations whose last handler call has not run yet: barriers and the cleanup
+  /// wait for them, so they come after every handler of the operations before them.
+  private var undelivered = 0
+  private var activeRead: IOOperation?
+  private var activeWrite: IOOperation?
+
+  /// Water marks (``setLowWater(_:)``, ``setHighWater(_:)``); nil: unspecified.
+  private var lowWater: Int?
+  private var highWater = Int.max
+  private var interval: (nanoseconds: UInt64, strict: Bool)?
+
+  // MARK: Creation
+
+  /// A channel over `fd`, which stays the caller's: the channel never closes it, and the
+  /// caller may close it once `cleanup` has run.
+  public init(
+    kind: Kind, fd: Int32, queue: Queue = .global(),
+    cleanup: (@Sendable (_ error: Int32) -> Void)? = nil
+  ) {
+    self.kind = kind
+    origin = .descriptor(fd)
+    control = Queue(label: "io.channel")
+    cleanupQueue = queue
+    cleanupHandler = cleanup
+    self.fd = fd
+    // As libdispatch: a descriptor that is not open fails every operation with EBADF (and
+    // the cleanup handler gets EBADF), rather than the creation.
+    var status = stat()
+    if fd < 0 || fstat(fd, &status) != 0 {
+      failure = EBADF
+      // As libdispatch: the channel gives the descriptor up at once.
+      finishCleanup()
+      return
+    }
+    if kind == .random {
+      baseOffset = lseek(fd, 0, SEEK_CUR)
+      if baseOffset < 0 { baseOffset = 0 }
+    }
+  }
+
+  /// A channel over the file at `path` (absolute), opened with `flags` and `mode` at the
+  /// channel's first operation and closed by the channel. Nil for a relative path.
+  public init?(
+    kind: Kind, path: String, flags: Int32, mode: mode_t = 0, queue: Queue = .global(),
+    cleanup: (@Sendable (_ error: Int32) -> Void)? = nil
+  ) {
+    guard path.hasPrefix("/") else { return nil }
+    self.kind = kind
+    origin = .path(path, flags: flags, mode: mode)
+    control = Queue(label: "io.channel")
+    cleanupQueue = queue
+    cleanupHandler = cleanup
+  }
+
+  /// A channel over the descriptor of `other` (which keeps it: the new channel never closes
+  /// it).
+  public init(
+    kind: Kind, sharing other: IOChannel, queue: Queue = .global(),
+    cleanup: (@Sendable (_ error: Int32) -> Void)? = nil
+  ) {
+    self.kind = kind
+    origin = .channel(other)
+    control = Queue(label: "io.channel")
+    cleanupQueue = queue
+    cleanupHandler = cleanup
+  }
+
+  deinit {
+    // Released with nothing in flight (operations hold the channel): the last chance to give
+    // the descriptor back.
+    if !cleanedUp { finishCleanup() }
+  }
+
+  // MARK: Operations
+
+  /// Reads `length` bytes (`Int.max` or a negative length: to the end of the file) at
+  /// `offset` (random channels; ignored on streams), calling `handler` on `queue` as they
+  /// arrive and once with `done`.
+  public func read(
+    offset: Int64 = 0, length: Int, queue: Queue, handler: @escaping ReadHandler
+  ) {
+    let operation = IOOperation(
+      direction: .read(length: length < 0 ? Int.max : length), offset: offset, queue: queue,
+      readHandler: handler, writeHandler: nil)
+    submit(operation)
+  }
+
+  /// Writes `data` at `offset` (random channels; ignored on streams), calling `handler` on
+  /// `queue` as it progresses and once with `done`.
+  public func write(
+    offset: Int64 = 0, data: Bytes, queue: Queue, handler: @escaping WriteHandler
+  ) {
+    let operation = IOOperation(
+      direction: .write(data), offset: offset, queue: queue, readHandler: nil,
+      writeHandler: handler)
+    submit(operation)
+  }
+
+  /// Runs `body` once every operation submitted before it has finished, before any submitted
+  /// after it starts.
+  public func barrier(_ body: @escaping @Sendable () -> Void) {
+    submit(IOOperation(barrier: body))
+  }
+
+  /// Closes the channel: operations submitted afterwards fail with `ECANCELED`; with `stop`,
+  /// the unfinished ones too (their handlers get `done` and `ECANCELED`).
+  public func close(stop: Bool = false) {
+    control.async { [self] in
+      closed = true
+      if stop {
+        let cancelled = waiting
+        waiting.removeAll()
+        for operation in cancelled { operation.fail(ECANCELED) }
+        if let read = activeRead { finish(read, error: ECANCELED) }
+        if let write = activeWrite { finish(write, error: ECANCELED) }
+      }
+      cleanUpIfDone()
+    }
+  }
+
+  /// The descriptor, or -1 while a path channel has not opened its file (or failed to).
+  /// Waits for the channel's queue.
+  public var fileDescriptor: Int32 {
+    // From a barrier (which runs on `control`), read it in place.
+    if Queue.current === control { return failure == 0 ? fd : -1 }
+    return control.sync { failure == 0 ? fd : -1 }
+  }
+
+  /// The fewest bytes a read hands its handler at a time (except its last call).
+  public func setLowWater(_ bytes: Int) {
+    control.async { [self] in lowWater = Swift.max(bytes, 0) }
+  }
+
+  /// The most bytes a read hands its handler at a time.
+  public func setHighWater(_ bytes: Int) {
+    control.async { [self] in highWater = Swift.max(bytes, 1) }
+  }
+
+  /// Calls read handlers with what arrived at least every `interval`, whatever the low
+  /// water mark (`strict`: exactly at that interval).
+  public func setInterval(_ interval: Duration, strict: Bool = false) {
+    let nanoseconds = UInt64(clamping: interval.saturatingNanoseconds)
+    control.async { [self] in self.interval = (nanoseconds, strict) }
+  }
+
+  // MARK: One-shot reads and writes (`dispatch_read`, `dispatch_write`)
+
+  /// Reads `length` bytes (`Int.max`: to the end of the file) from `fd` at its current
+  /// position and calls `handler` once on `queue` with all of them, or with what arrived
+  /// before an error and the error's `errno`. The handler runs after the channel has given
+  /// the descriptor back (its flags restored), so it may close it.
+  public static func read(
+    from fd: Int32, length: Int, queue: Queue,
+    handler: @escaping @Sendable (_ data: Bytes, _ error: Int32) -> Void
+  ) {
+    let outcome = OneShotOutcome()
+    let channel = IOChannel(kind: .stream, fd: fd, queue: queue) { cleanupError in
+      // After the read's last handler call (the cleanup waits for it).
+      handler(outcome.bytes, outcome.error != 0 ? outcome.error : cleanupError)
+    }
+    channel.setLowWater(Int.max)
+    channel.read(length: length, queue: channel.control) { done, data, error in
+      // One call at a time, in order (the operation's handler queue is serial).
+      outcome.bytes = outcome.bytes + data
+      guard done else { return }
+      outcome.error = error
+      channel.close()
+    }
+  }
+
+  /// Writes `data` to `fd` and calls `handler` once on `queue` with what could not be
+  /// written (empty when all was) and the error's `errno` (0: none), after the channel has
+  /// given the descriptor back.
+  public static func write(
+    to fd: Int32, data: Bytes, queue: Queue,
+    handler: @escaping @Sendable (_ remaining: Bytes, _ error: Int32) -> Void
+  ) {
+    let outcome = OneShotOutcome()
+    let channel = IOChannel(kind: .stream, fd: fd, queue: queue) { cleanupError in
+      handler(outcome.bytes, outcome.error != 0 ? outcome.error : cleanupError)
+    }
+    channel.write(data: data, queue: channel.control) { done, remaining, error in
+      guard done else { return }
+      outcome.bytes = remaining
+      outcome.error = error
+      channel.close()
+    }
+  }
+
+  // MARK: The engine (on `control`)
+
+  private func submit(_ operation: IOOperation) {
+    control.async { [self] in
+      if closed {
+        operation.fail(ECANCELED)
+        return
+      }
+      waiting.append(operation)
+      startWhatMay()
+    }
+  }
+
+  /// Starts the waiting operations in order while each may start.
+  private func startWhatMay() {
+    while let next = waiting.first {
+      switch next.direction {
+      case .barrier(let body):
+        guard activeRead == nil && activeWrite == nil && undelivered == 0 else { return }
+        waiting.removeFirst()
+        body()
+      case .read:
+        guard activeRead == nil else { return }
+        waiting.removeFirst()
+        activeRead = next
+        start(next)
+      case .write:
+        guard activeWrite == nil else { return }
+        waiting.removeFirst()
+        activeWrite = next
+        start(next)
+      }
+    }
+    cleanUpIfDone()
+  }
+
+  /// Opens and checks the descriptor once, before the first operation.
+  private func prepare() {
+    guard !prepared else { return }
+    prepared = true
+    switch origin {
+    case .descriptor:
+      break
+    case .path(let path, let flags, let mode):
+      let opened = open(path, flags | O_CLOEXEC, mode)
+      if opened < 0 {
+        failure = errno
+        return
+      }
+      fd = opened
+    case .channel(let other):
+      fd = other.control.sync { () -> Int32 in
+        other.prepare()
+        return other.failure == 0 ? other.fd : -1
+      }
+      if fd < 0 {
+        failure = EBADF
+        return
+      }
+    }
+    guard failure == 0 else { return }
+    var status = stat()
+    guard fstat(fd, &status) == 0 else {
+      failure = errno
+      return
+    }
+    let type = status.st_mode & S_IFMT
+    isFile = type == S_IFREG || type == S_IFBLK
+    isSocket = type == S_IFSOCK
+    if kind == .random, case .path = origin { baseOffset = 0 }
+  }
+
+  private func start(_ operation: IOOperation) {
+    prepare()
+    // A descriptor that could not be had (a failed open): given up at once, as libdispatch
+    // does, before the operation's failure is reported.
+    if failure != 0 && !cleanedUp { finishCleanup() }
+    if failure != 0 {
+      finish(operation, error: failure)
+      return
+    }
+    if isFile {
+      runOnFile(operation)
+    } else {
+      runOnStream(operation)
+    }
+  }
+
+  // MARK: Regular files: a pool worker, blocking calls
+
+  private func runOnFile(_ operation: IOOperation) {
+    let chunk = 1 << 20
+    switch operation.direction {
+    case .read(let length):
+      var position = off_t(baseOffset) + off_t(operation.offset)
+      while operation.transferred < length && !operation.finished {
+        let want = Swift.min(chunk, length - operation.transferred)
+        var got = 0
+        var error: Int32 = 0
+        let bytes = Bytes(readingUpTo: want) { buffer in
+          repeat {
+            got =
+              kind == .random
+              ? pread(fd, buffer.baseAddress, want, position)
+              : Glibc.read(fd, buffer.baseAddress, want)
+          } while got < 0 && errno == EINTR
+          if got < 0 { error = errno }
+          return Swift.max(got, 0)
+        }
+        if error != 0 {
+          finish(operation, error: error)
+          return
+        }
+        if got == 0 {
+          endOfFile(operation)
+          return
+        }
+        position += off_t(got)
+        received(bytes, by: operation, length: length)
+      }
+    case .write:
+      var position = off_t(baseOffset) + off_t(operation.offset)
+      while !operation.pending.isEmpty && !operation.finished {
+        var wrote = 0
+        var error: Int32 = 0
+        _ = operation.pending.forEachRegion { _, region in
+          repeat {
+            wrote =
+              kind == .random
+              ? pwrite(fd, region.baseAddress, region.count, position)
+              : Glibc.write(fd, region.baseAddress, region.count)
+          } while wrote < 0 && errno == EINTR
+          if wrote < 0 { error = errno }
+          return false  // One region per call: the loop re-reads `pending`.
+        }
+        if error != 0 {
+          finish(operation, error: error)
+          return
+        }
+        position += off_t(wrote)
+        didWrite(wrote, by: operation)
+      }
+    case .barrier:
+      break
+    }
+  }
+
+  // MARK: Streams: non-blocking, on readiness
+
+  private func runOnStream(_ operation: IOOperation) {
+    if savedFlags == nil {
+      let flags = fcntl(fd, F_GETFL)
+      if flags >= 0 {
+        savedFlags = flags
+        if flags & O_NONBLOCK == 0 { _ = fcntl(fd, F_SETFL, flags | O_NONBLOCK) }
+      }
+    }
+    let source: Source
+    do {
+      switch operation.direction {
+      case .read: source = try ReadSource(fd: fd, queue: control, label: "io.channel.read")
+      case .write: source = try WriteSource(fd: fd, queue: control, label: "io.channel.write")
+      case .barrier: return
+      }
+    } catch {
+      finish(operation, error: EBADF)
+      return
+    }
+    operation.source = source
+    source.setEventHandler { [self] in
+      switch operation.direction {
+      case .read(let length): readReady(operation, length: length)
+      case .write: writeReady(operation)
+      case .barrier: break
+      }
+    }
+    if let interval, case .read = operation.direction {
+      let timer = TimerSource(queue: control, label: "io.channel.interval")
+      let every = Duration.nanoseconds(Int64(clamping: interval.nanoseconds))
+      timer.schedule(deadline: .now + every, repeating: every)
+      timer.setEventHandler { [self] in
+        guard !operation.finished, !operation.pending.isEmpty else { return }
+        deliver(operation, done: false, all: true)
+      }
+      operation.intervalTimer = timer
+      timer.activate()
+    }
+    source.activate()
+  }
+
+  private func readReady(_ operation: IOOperation, length: Int) {
+    let chunk = 64 * 1024
+    while !operation.finished && operation.transferred < length {
+      let want = Swift.min(chunk, length - operation.transferred)
+      var got = 0
+      var error: Int32 = 0
+      let bytes = Bytes(readingUpTo: want) { buffer in
+        repeat {
+          got = Glibc.read(fd, buffer.baseAddress, want)
+        } while got < 0 && errno == EINTR
+        if got < 0 { error = errno }
+        return Swift.max(got, 0)
+      }
+      if error == EAGAIN || error == EWOULDBLOCK { return }
+      if error != 0 {
+        finish(operation, error: error)
+        return
+      }
+      if got == 0 {
+        endOfFile(operation)
+        return
+      }
+      received(bytes, by: operation, length: length)
+    }
+  }
+
+  private func writeReady(_ operation: IOOperation) {
+    while !operation.finished && !operation.pending.isEmpty {
+      var wrote = 0
+      var error: Int32 = 0
+      _ = operation.pending.forEachRegion { _, region in
+        repeat {
+          wrote =
+            isSocket
+            ? send(fd, region.baseAddress, region.count, Int32(MSG_NOSIGNAL))
+            : Glibc.write(fd, region.baseAddress, region.count)
+        } while wrote < 0 && errno == EINTR
+        if wrote < 0 { error = errno }
+        return false
+      }
+      if error == EAGAIN || error == EWOULDBLOCK { return }
+      if error != 0 {
+        finish(operation, error: error)
+        return
+      }
+      didWrite(wrote, by: operation)
+    }
+  }
+
+  // MARK: Progress and completion (on `control`)
+
+  /// New bytes for a read: hands them on as the water marks say; `done` at `length`.
+  private func received(_ bytes: Bytes, by operation: IOOperation, length: Int) {
+    operation.pending = operation.pending + bytes
+    operation.transferred += bytes.count
+    if operation.transferred >= length {
+      deliver(operation, done: true, all: true)
+      complete(operation)
+      return
+    }
+    deliver(operation, done: false, all: false)
+  }
+
+  /// The end of the file: what is held goes out, then `done` with no bytes (libdispatch's
+  /// order).
+  private func endOfFile(_ operation: IOOperation) {
+    if !operation.pending.isEmpty { deliver(operation, done: false, all: true) }
+    operation.post(done: true, Bytes(), 0)
+    complete(operation)
+  }
+
+  /// Hands a read's held bytes to its handler: whole `highWater` chunks, then (with `all`)
+  /// the rest, else the rest only once it reaches the low water mark. The last call carries
+  /// `done` when asked.
+  private func deliver(_ operation: IOOperation, done: Bool, all: Bool) {
+    while operation.pending.count > highWater {
+      let chunk = operation.pending[0..<highWater]
+      operation.pending = operation.pending[highWater..<operation.pending.count]
+      operation.post(done: done && operation.pending.isEmpty, chunk, 0)
+    }
+    let rest = operation.pending
+    guard !rest.isEmpty || done else { return }
+    let reachedLow = lowWater.map { rest.count >= Swift.max($0, 1) } ?? false
+    guard all || done || reachedLow || rest.count == highWater else { return }
+    operation.pending = Bytes()
+    operation.post(done: done, rest, 0)
+  }
+
+  /// `count` bytes of a write went out.
+  private func didWrite(_ count: Int, by operation: IOOperation) {
+    operation.pending = operation.pending[count..<operation.pending.count]
+    operation.transferred += count
+    if operation.pending.isEmpty {
+      operation.post(done: true, Bytes(), 0)
+      complete(operation)
+      return
+    }
+    operation.sinceReport += count
+    if let lowWater, operation.sinceReport >= Swift.max(lowWater, 1) {
+      operation.sinceReport = 0
+      operation.post(done: false, operation.pending, 0)
+    }
+  }
+
+  /// Ends `operation` with `error`: a read hands over what it holds, a write what is left.
+  private func finish(_ operation: IOOperation, error: Int32) {
+    guard !operation.finished else { return }
+    operation.post(done: true, operation.pending, error)
+    complete(operation)
+  }
+
+  /// Takes a finished operation off the channel and starts what may follow.
+  private func complete(_ operation: IOOperation) {
+    operation.finished = true
+    operation.source?.cancel()
+    operation.source = nil
+    operation.intervalTimer?.cancel()
+    operation.intervalTimer = nil
+    if activeRead === operation { activeRead = nil }
+    if activeWrite === operation { activeWrite = nil }
+    // After the operation's last handler call (its queue is serial): one fewer to wait for.
+    if let handlerQueue = operation.queue {
+      undelivered += 1
+      handlerQueue.async { [self] in
+        control.async { [self] in
+          undelivered -= 1
+          startWhatMay()
+        }
+      }
+    }
+    startWhatMay()
+  }
+
+  /// Cleans up once the channel is closed and idle.
+  private func cleanUpIfDone() {
+    guard closed, !cleanedUp, waiting.isEmpty, activeRead == nil, activeWrite == nil,
+      undelivered == 0
+    else { return }
+    finishCleanup()
+  }
+
+  /// Gives the descriptor back (its flags, or the file a path channel opened) and submits
+  /// the cleanup handler, once.
+  private func finishCleanup() {
+    cleanedUp = true
+    if let savedFlags, fd >= 0 { _ = fcntl(fd, F_SETFL, savedFlags) }
+    if case .path = origin, fd >= 0 { _ = Glibc.close(fd) }
+    if let cleanupHandler {
+      let error = failure
+      cleanupQueue.async { cleanupHandler(error) }
+    }
+  }
+}
+
+/// What a one-shot read or write ends with: written by the operation's handler (its calls run
+/// one at a time), read by the cleanup handler, which the channel submits only after the
+/// operation's last handler call has run (`undelivered`), so the queue hops order the two.
+private final class OneShotOutcome: @unchecked Sendable {
+  // @unchecked Sendable: see the type's comment.
+  var bytes = Bytes()
+  var error: Int32 = 0
+}

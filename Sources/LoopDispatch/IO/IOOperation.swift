@@ -1,0 +1,82 @@
+/// One read, write or barrier of an ``IOChannel``, from submission to its last handler call.
+///
+/// Thread-safety: the mutable fields are touched only on the channel's `control` queue;
+/// handlers are submitted to the operation's own queue, in order (`post`).
+final class IOOperation: @unchecked Sendable {
+  // @unchecked Sendable: see the type's comment (one serial queue owns the fields).
+
+  enum Direction {
+    case read(length: Int)
+    case write(Bytes)
+    case barrier(@Sendable () -> Void)
+  }
+
+  let direction: Direction
+  /// Random channels: where the operation starts, from the channel's base offset.
+  let offset: Int64
+  /// Where the handler runs: a serial queue targeting the caller's, so that the calls of one
+  /// operation run one at a time and in order even on a concurrent queue.
+  let queue: Queue?
+  private let readHandler: IOChannel.ReadHandler?
+  private let writeHandler: IOChannel.WriteHandler?
+
+  /// A read: bytes received and not yet handed over. A write: bytes not yet written.
+  var pending: Bytes
+  /// Bytes read or written so far.
+  var transferred = 0
+  /// A write: bytes written since the handler last heard (for the low water mark).
+  var sinceReport = 0
+  /// Set once its `done` call is posted; nothing runs for it afterwards.
+  var finished = false
+  /// Readiness of the descriptor, while a stream operation waits for it.
+  var source: Source?
+  /// `IOChannel.setInterval`'s timer, while a read runs.
+  var intervalTimer: TimerSource?
+
+  init(
+    direction: Direction, offset: Int64, queue: Queue,
+    readHandler: IOChannel.ReadHandler?, writeHandler: IOChannel.WriteHandler?
+  ) {
+    self.direction = direction
+    self.offset = offset
+    self.queue = Queue(label: "io.handler", target: queue)
+    self.readHandler = readHandler
+    self.writeHandler = writeHandler
+    if case .write(let data) = direction {
+      pending = data
+    } else {
+      pending = Bytes()
+    }
+  }
+
+  init(barrier body: @escaping @Sendable () -> Void) {
+    direction = .barrier(body)
+    offset = 0
+    queue = nil
+    readHandler = nil
+    writeHandler = nil
+    pending = Bytes()
+  }
+
+  /// Submits one handler call. Calls of one operation go to its queue in order; with `done`
+  /// the operation is finished.
+  func post(done: Bool, _ data: Bytes, _ error: Int32) {
+    if done { finished = true }
+    guard let queue else { return }
+    if let readHandler {
+      queue.async { readHandler(done, data, error) }
+    } else if let writeHandler {
+      queue.async { writeHandler(done, data, error) }
+    }
+  }
+
+  /// Ends the operation before it started (a closed channel): `done` with `error`.
+  func fail(_ error: Int32) {
+    if case .barrier(let body) = direction {
+      // A barrier on a closed channel still runs, as libdispatch's does.
+      body()
+      return
+    }
+    post(done: true, pending, error)
+  }
+}
