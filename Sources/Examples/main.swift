@@ -12,6 +12,7 @@ let subcommands: [(name: String, summary: String, run: ([String]) -> Int32)] =
   ] + seedPrograms + [
     ("tour", "every seed program above in order (deadlock in a child process)", runTour),
     ("actors", "an actor on a serial queue, pool tasks, main-actor updates", runActors),
+    ("tee", "copy INPUT (- for stdin) to stdout and a file, through I/O channels", runTee),
   ]
 
 _ = programStart  // seed programs print times since now
