@@ -232,6 +232,129 @@ import Testing
 }
 
 /// The first three bytes of the file `fd` names.
+/// The review's cases: shared descriptors, devices epoll refuses, barriers and STOP after
+/// close, the default low water mark.
+@Suite struct IOChannelEdgeTests {
+  @Test func twoChannelsOnOneDescriptorRestoreItsFlagsOnlyWhenBothAreDone() throws {
+    let (reader, writer) = try blockingPipe()
+    let first = IOChannel(kind: .stream, fd: writer)
+    let second = IOChannel(kind: .stream, fd: writer)
+    let wrote = Semaphore(value: 0)
+    for channel in [first, second] {
+      channel.write(data: Bytes("x".utf8), queue: .global()) { done, _, _ in
+        if done { wrote.signal() }
+      }
+    }
+    #expect(wrote.wait(timeout: .now + .seconds(30)) == .success)
+    #expect(wrote.wait(timeout: .now + .seconds(30)) == .success)
+    let firstGone = Latch()
+    let secondGone = Latch()
+    first.barrier { firstGone.open() }
+    #expect(firstGone.wait(seconds: 30))
+    first.close()
+    // The second still uses it: still non-blocking.
+    let closedFirst = Latch()
+    first.barrier { closedFirst.open() }
+    #expect(closedFirst.wait(seconds: 30))
+    #expect(fcntl(writer, F_GETFL) & O_NONBLOCK != 0)
+    second.close()
+    second.barrier { secondGone.open() }
+    #expect(secondGone.wait(seconds: 30))
+    // Both gave it back: blocking again, as it was.
+    let deadline = Deadline.now + .seconds(30)
+    while fcntl(writer, F_GETFL) & O_NONBLOCK != 0 && Deadline.now < deadline { sched_yield() }
+    #expect(fcntl(writer, F_GETFL) & O_NONBLOCK == 0)
+    close(reader)
+    close(writer)
+  }
+
+  @Test func devicesEpollRefusesAreReadAndWrittenAnyway() async throws {
+    let null = open("/dev/null", O_RDWR | O_CLOEXEC)
+    try #require(null >= 0)
+    let cleaned = Latch()
+    let channel = IOChannel(kind: .stream, fd: null) { _ in cleaned.open() }
+    try await channel.write(Bytes("discarded".utf8))
+    #expect(try await channel.read(length: 100).isEmpty)
+    channel.close()
+    #expect(cleaned.wait(seconds: 30))
+    close(null)
+  }
+
+  @Test func aBarrierSubmittedAfterCloseWaitsForTheRunningRead() throws {
+    let (reader, writer) = try blockingPipe()
+    let cleaned = Latch()
+    let channel = IOChannel(kind: .stream, fd: reader) { _ in cleaned.open() }
+    channel.setLowWater(1)
+    let order = Locked<[String]>([])
+    let queue = Queue(label: "io.close-barrier")
+    channel.read(length: 3, queue: queue) { done, _, _ in
+      if done { order.withLock { $0.append("read done") } }
+    }
+    channel.close()
+    let barrierRan = Latch()
+    channel.barrier {
+      order.withLock { $0.append("barrier") }
+      barrierRan.open()
+    }
+    // The read is still waiting for its bytes: the barrier must not have run.
+    let probe = Latch()
+    queue.async { probe.open() }
+    #expect(probe.wait(seconds: 30))
+    #expect(!barrierRan.wait(seconds: 0))
+    #expect(Glibc.write(writer, "abc", 3) == 3)
+    #expect(barrierRan.wait(seconds: 30))
+    #expect(order.value == ["read done", "barrier"])
+    #expect(cleaned.wait(seconds: 30))
+    close(reader)
+    close(writer)
+  }
+
+  @Test func stopEndsTheRunningReadBeforeTheWaitingOnesAndCleansUpAfterThem() throws {
+    let (reader, writer) = try blockingPipe()
+    let order = Locked<[String]>([])
+    let cleaned = Latch()
+    let channel = IOChannel(kind: .stream, fd: reader) { _ in
+      order.withLock { $0.append("cleanup") }
+      cleaned.open()
+    }
+    let queue = Queue(label: "io.stop-order")
+    for name in ["first", "second", "third"] {
+      channel.read(length: 10, queue: queue) { done, _, error in
+        if done { order.withLock { $0.append("\(name) \(error)") } }
+      }
+    }
+    channel.close(stop: true)
+    #expect(cleaned.wait(seconds: 30))
+    #expect(
+      order.value == [
+        "first \(ECANCELED)", "second \(ECANCELED)", "third \(ECANCELED)", "cleanup",
+      ])
+    close(reader)
+    close(writer)
+  }
+
+  @Test func withoutALowWaterMarkALongStreamArrivesAMegabyteAtATime() throws {
+    let (reader, writer) = try blockingPipe()
+    let channel = IOChannel(kind: .stream, fd: reader) { _ in close(reader) }
+    let firstCall = Latch()
+    let firstSize = Locked<Int>(0)
+    channel.read(length: Int.max, queue: Queue(label: "io.default-low")) { done, data, _ in
+      if !done && !firstCall.wait(seconds: 0) {
+        firstSize.withLock { $0 = data.count }
+        firstCall.open()
+      }
+    }
+    // 1.5 MiB, and the writer stays open: no end of file to flush what is held.
+    let payload = Bytes([UInt8](repeating: 7, count: 3 << 19))
+    let writing = IOChannel(kind: .stream, fd: writer) { _ in close(writer) }
+    writing.write(data: payload, queue: .global()) { _, _, _ in }
+    #expect(firstCall.wait(seconds: 30))
+    #expect(firstSize.value >= 1 << 20)
+    writing.close(stop: true)
+    channel.close(stop: true)
+  }
+}
+
 private func readThree(_ fd: Int32) -> String {
   var buffer = [UInt8](repeating: 0, count: 3)
   let count = pread(fd, &buffer, 3, 0)

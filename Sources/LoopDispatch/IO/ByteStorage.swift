@@ -39,10 +39,12 @@ final class ByteStorage: @unchecked Sendable {
     release = .client(deallocator)
   }
 
-  /// `count` bytes of new memory, all written by `fill` before anyone else sees the storage.
+  /// `count` bytes of new memory that `fill` writes before anyone else sees the storage (a
+  /// read may write only a prefix: the `Bytes` regions over it then cover only that prefix).
   init(count: Int, fill: (UnsafeMutableRawBufferPointer) -> Void) {
     let memory = UnsafeMutableRawPointer.allocate(byteCount: max(count, 1), alignment: 16)
-    // Safe: `memory` is `count` bytes, written once by `fill` before `base` is published.
+    // Safe: `memory` is `count` bytes, written by `fill` before `base` is published; bytes it
+    // did not write are never read (no region covers them).
     fill(UnsafeMutableRawBufferPointer(start: memory, count: count))
     base = UnsafeRawPointer(memory)
     self.count = count

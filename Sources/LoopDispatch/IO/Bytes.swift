@@ -81,6 +81,7 @@ public struct Bytes: Sendable {
   /// once, for an empty buffer).
   public init(noCopy buffer: UnsafeRawBufferPointer, deallocator: Deallocator) {
     guard let base = buffer.baseAddress else {
+      Bytes.giveBack(buffer, deallocator)  // Nothing to hold: given back at once.
       self.init()
       return
     }

@@ -1,3 +1,4 @@
+import CLoopShims
 import Glibc
 import MainLoop
 
@@ -62,7 +63,10 @@ public final class IOChannel: @unchecked Sendable {
   /// The channel's own serial queue: every state change runs on it.
   let control: Queue
   private let cleanupQueue: Queue
-  private let cleanupHandler: (@Sendable (Int32) -> Void)?
+  private var cleanupHandler: (@Sendable (Int32) -> Void)?
+  /// The error the cleanup handler reports: the failure that made the channel unusable, or
+  /// 0. (`failure` itself becomes ECANCELED once the descriptor is given back.)
+  private var cleanupError: Int32 = 0
 
   // MARK: State (only on `control`)
 
@@ -80,8 +84,8 @@ public final class IOChannel: @unchecked Sendable {
   /// A regular file (or block device): I/O on a pool worker, not through readiness.
   private var isFile = false
   private var isSocket = false
-  /// The descriptor's flags before the channel made it non-blocking (nil: untouched).
-  private var savedFlags: Int32?
+  /// Whether this channel holds a use of the descriptor's O_NONBLOCK (`DescriptorFlags`).
+  private var holdsNonBlocking = false
   /// The file position when the channel was made (random channels' offset 0).
   private var baseOffset: off_t = 0
   /// The first error that makes the channel unusable (a bad descriptor, a failed open).
@@ -96,8 +100,11 @@ public final class IOChannel: @unchecked Sendable {
   private var activeRead: IOOperation?
   private var activeWrite: IOOperation?
 
-  /// Water marks (``setLowWater(_:)``, ``setHighWater(_:)``); nil: unspecified.
-  private var lowWater: Int?
+  /// Water marks (``setLowWater(_:)``, ``setHighWater(_:)``). The low one defaults to one
+  /// chunk, as libdispatch's: a read of a long stream hands over a megabyte at a time rather
+  /// than holding everything until the end.
+  private var lowWater: Int? = IOChannel.defaultLowWater
+  static let defaultLowWater = 1 << 20
   private var highWater = Int.max
   private var interval: (nanoseconds: UInt64, strict: Bool)?
 
@@ -119,9 +126,9 @@ public final class IOChannel: @unchecked Sendable {
     // the cleanup handler gets EBADF), rather than the creation.
     var status = stat()
     if fd < 0 || fstat(fd, &status) != 0 {
+      // Every operation fails with EBADF; the channel gives the descriptor up at its first
+      // operation (or its close), before reporting that operation's failure.
       failure = EBADF
-      // As libdispatch: the channel gives the descriptor up at once.
-      finishCleanup()
       return
     }
     if kind == .random {
@@ -200,21 +207,25 @@ public final class IOChannel: @unchecked Sendable {
     control.async { [self] in
       closed = true
       if stop {
-        let cancelled = waiting
-        waiting.removeAll()
-        for operation in cancelled { operation.fail(ECANCELED) }
+        // The running operations end first (they were submitted first), then the waiting
+        // ones in order; barriers among them still run, in their turn.
+        let cancelled = waiting.filter { !$0.isBarrier }
+        waiting.removeAll { !$0.isBarrier }
+        stopping = true
         if let read = activeRead { finish(read, error: ECANCELED) }
         if let write = activeWrite { finish(write, error: ECANCELED) }
+        stopping = false
+        for operation in cancelled { fail(operation, ECANCELED) }
       }
-      cleanUpIfDone()
+      startWhatMay()
     }
   }
 
   /// The descriptor, or -1 while a path channel has not opened its file (or failed to).
   /// Waits for the channel's queue.
   public var fileDescriptor: Int32 {
-    // From a barrier (which runs on `control`), read it in place.
-    if Queue.current === control { return failure == 0 ? fd : -1 }
+    // From a barrier (which runs on `control`, maybe inside other queues), read it in place.
+    if control.isCurrent { return failure == 0 ? fd : -1 }
     return control.sync { failure == 0 ? fd : -1 }
   }
 
@@ -245,17 +256,16 @@ public final class IOChannel: @unchecked Sendable {
     from fd: Int32, length: Int, queue: Queue,
     handler: @escaping @Sendable (_ data: Bytes, _ error: Int32) -> Void
   ) {
-    let outcome = OneShotOutcome()
+    let outcome = OneShotOutcome { bytes, error in queue.async { handler(bytes, error) } }
     let channel = IOChannel(kind: .stream, fd: fd, queue: queue) { cleanupError in
-      // After the read's last handler call (the cleanup waits for it).
-      handler(outcome.bytes, outcome.error != 0 ? outcome.error : cleanupError)
+      outcome.arrive(cleanupError: cleanupError)
     }
     channel.setLowWater(Int.max)
     channel.read(length: length, queue: channel.control) { done, data, error in
       // One call at a time, in order (the operation's handler queue is serial).
-      outcome.bytes = outcome.bytes + data
+      outcome.collect(data)
       guard done else { return }
-      outcome.error = error
+      outcome.arrive(error: error)
       channel.close()
     }
   }
@@ -267,14 +277,14 @@ public final class IOChannel: @unchecked Sendable {
     to fd: Int32, data: Bytes, queue: Queue,
     handler: @escaping @Sendable (_ remaining: Bytes, _ error: Int32) -> Void
   ) {
-    let outcome = OneShotOutcome()
+    let outcome = OneShotOutcome { bytes, error in queue.async { handler(bytes, error) } }
     let channel = IOChannel(kind: .stream, fd: fd, queue: queue) { cleanupError in
-      handler(outcome.bytes, outcome.error != 0 ? outcome.error : cleanupError)
+      outcome.arrive(cleanupError: cleanupError)
     }
     channel.write(data: data, queue: channel.control) { done, remaining, error in
       guard done else { return }
-      outcome.bytes = remaining
-      outcome.error = error
+      outcome.collect(remaining)
+      outcome.arrive(error: error)
       channel.close()
     }
   }
@@ -283,8 +293,10 @@ public final class IOChannel: @unchecked Sendable {
 
   private func submit(_ operation: IOOperation) {
     control.async { [self] in
-      if closed {
-        operation.fail(ECANCELED)
+      if let target = operation.target { operation.queue = handlerQueue(for: target) }
+      // On a closed channel reads and writes fail; a barrier still waits its turn.
+      if closed, !operation.isBarrier {
+        fail(operation, ECANCELED)
         return
       }
       waiting.append(operation)
@@ -292,8 +304,47 @@ public final class IOChannel: @unchecked Sendable {
     }
   }
 
-  /// Starts the waiting operations in order while each may start.
+  /// Serial queues made for handlers on concurrent queues, one per such queue (each keeps
+  /// its target alive, so a key never names a freed queue).
+  private var handlerQueues: [ObjectIdentifier: Queue] = [:]
+
+  /// A serial queue on which handlers for `target` run in order: `target` itself when it is
+  /// serial (or the main queue), else one made once per channel and target.
+  private func handlerQueue(for target: Queue) -> Queue {
+    switch target.kind {
+    case .serial, .main: return target
+    case .root, .concurrent:
+      if let made = handlerQueues[ObjectIdentifier(target)] { return made }
+      let made = Queue(label: "io.handler", target: target)
+      handlerQueues[ObjectIdentifier(target)] = made
+      return made
+    }
+  }
+
+  /// Whether `startWhatMay` is running (an operation that finishes at once calls it again
+  /// from inside it: the outer call goes round again instead of recursing).
+  private var starting = false
+  private var startAgain = false
+  /// Set while `close(stop:)` ends the running operations.
+  private var stopping = false
+
+  /// Starts the waiting operations in order while each may start. Never recursive: a call
+  /// from inside one (an operation that finished at once) makes the outer one loop again.
   private func startWhatMay() {
+    if starting {
+      startAgain = true
+      return
+    }
+    starting = true
+    repeat {
+      startAgain = false
+      startWaiting()
+    } while startAgain
+    starting = false
+    cleanUpIfDone()
+  }
+
+  private func startWaiting() {
     while let next = waiting.first {
       switch next.direction {
       case .barrier(let body):
@@ -312,7 +363,6 @@ public final class IOChannel: @unchecked Sendable {
         start(next)
       }
     }
-    cleanUpIfDone()
   }
 
   /// Opens and checks the descriptor once, before the first operation.
@@ -330,10 +380,13 @@ public final class IOChannel: @unchecked Sendable {
       }
       fd = opened
     case .channel(let other):
-      fd = other.control.sync { () -> Int32 in
+      // The other channel's descriptor, if it still has it (a channel that gave it back
+      // has fd -1 and a failure): asked on its queue, unless this runs there already.
+      let ask = { () -> Int32 in
         other.prepare()
         return other.failure == 0 ? other.fd : -1
       }
+      fd = other.control.isCurrent ? ask() : other.control.sync(execute: ask)
       if fd < 0 {
         failure = EBADF
         return
@@ -346,9 +399,20 @@ public final class IOChannel: @unchecked Sendable {
       return
     }
     let type = status.st_mode & S_IFMT
-    isFile = type == S_IFREG || type == S_IFBLK
     isSocket = type == S_IFSOCK
+    // Regular files and block devices, and character devices epoll refuses (/dev/null,
+    // /dev/zero: EPERM), are read and written with blocking calls on a pool worker; a
+    // readiness source on them would never fire.
+    isFile = type == S_IFREG || type == S_IFBLK || (type == S_IFCHR && !isPollable(fd))
     if kind == .random, case .path = origin { baseOffset = 0 }
+  }
+
+  /// Whether epoll accepts `fd` (a scratch epoll set, once per channel).
+  private func isPollable(_ fd: Int32) -> Bool {
+    let scratch = cls_epoll_create()
+    guard scratch >= 0 else { return true }
+    defer { _ = Glibc.close(scratch) }
+    return cls_epoll_control(scratch, cls_epoll_ctl_add, fd, cls_epollin, 0) == 0
   }
 
   private func start(_ operation: IOOperation) {
@@ -369,73 +433,81 @@ public final class IOChannel: @unchecked Sendable {
 
   // MARK: Regular files: a pool worker, blocking calls
 
+  /// One chunk of a file operation per turn of `control`, so a long transfer does not hold
+  /// the channel: `close(stop:)`, barriers' bookkeeping and the other direction get their
+  /// turns between chunks.
   private func runOnFile(_ operation: IOOperation) {
+    guard !operation.finished else { return }
+    if operation.filePosition < 0 {
+      operation.filePosition = Int64(baseOffset) + operation.offset
+    }
     let chunk = 1 << 20
     switch operation.direction {
     case .read(let length):
-      var position = off_t(baseOffset) + off_t(operation.offset)
-      while operation.transferred < length && !operation.finished {
-        let want = Swift.min(chunk, length - operation.transferred)
-        var got = 0
-        var error: Int32 = 0
-        let bytes = Bytes(readingUpTo: want) { buffer in
-          repeat {
-            got =
-              kind == .random
-              ? pread(fd, buffer.baseAddress, want, position)
-              : Glibc.read(fd, buffer.baseAddress, want)
-          } while got < 0 && errno == EINTR
-          if got < 0 { error = errno }
-          return Swift.max(got, 0)
-        }
-        if error != 0 {
-          finish(operation, error: error)
-          return
-        }
-        if got == 0 {
-          endOfFile(operation)
-          return
-        }
-        position += off_t(got)
-        received(bytes, by: operation, length: length)
+      let want = Swift.min(chunk, length - operation.transferred)
+      var got = 0
+      var error: Int32 = 0
+      let position = off_t(operation.filePosition)
+      let bytes = Bytes(readingUpTo: want) { buffer in
+        repeat {
+          got =
+            kind == .random
+            ? pread(fd, buffer.baseAddress, want, position)
+            : Glibc.read(fd, buffer.baseAddress, want)
+        } while got < 0 && errno == EINTR
+        if got < 0 { error = errno }
+        return Swift.max(got, 0)
       }
+      if error != 0 {
+        finish(operation, error: error)
+        return
+      }
+      if got == 0 {
+        endOfFile(operation)
+        return
+      }
+      operation.filePosition += Int64(got)
+      received(bytes, by: operation, length: length)
     case .write:
-      var position = off_t(baseOffset) + off_t(operation.offset)
-      while !operation.pending.isEmpty && !operation.finished {
-        var wrote = 0
-        var error: Int32 = 0
-        _ = operation.pending.forEachRegion { _, region in
-          repeat {
-            wrote =
-              kind == .random
-              ? pwrite(fd, region.baseAddress, region.count, position)
-              : Glibc.write(fd, region.baseAddress, region.count)
-          } while wrote < 0 && errno == EINTR
-          if wrote < 0 { error = errno }
-          return false  // One region per call: the loop re-reads `pending`.
-        }
-        if error != 0 {
-          finish(operation, error: error)
-          return
-        }
-        position += off_t(wrote)
-        didWrite(wrote, by: operation)
+      var wrote = 0
+      var error: Int32 = 0
+      let position = off_t(operation.filePosition)
+      _ = operation.pending.forEachRegion { _, region in
+        repeat {
+          wrote =
+            kind == .random
+            ? pwrite(fd, region.baseAddress, region.count, position)
+            : Glibc.write(fd, region.baseAddress, region.count)
+        } while wrote < 0 && errno == EINTR
+        if wrote < 0 { error = errno }
+        return false  // One region per turn.
       }
+      if error != 0 {
+        finish(operation, error: error)
+        return
+      }
+      operation.filePosition += Int64(wrote)
+      didWrite(wrote, by: operation)
     case .barrier:
-      break
+      return
+    }
+    if !operation.finished {
+      control.async { [self] in runOnFile(operation) }
     }
   }
 
   // MARK: Streams: non-blocking, on readiness
 
   private func runOnStream(_ operation: IOOperation) {
-    if savedFlags == nil {
-      let flags = fcntl(fd, F_GETFL)
-      if flags >= 0 {
-        savedFlags = flags
-        if flags & O_NONBLOCK == 0 { _ = fcntl(fd, F_SETFL, flags | O_NONBLOCK) }
-      }
+    if !holdsNonBlocking { holdsNonBlocking = DescriptorFlags.acquire(fd) }
+    // Try at once: a write usually goes out and a read often finds its bytes, with no
+    // readiness source to make (and no trip through the I/O driver).
+    switch operation.direction {
+    case .read(let length): readReady(operation, length: length)
+    case .write: writeReady(operation)
+    case .barrier: return
     }
+    if operation.finished { return }
     let source: Source
     do {
       switch operation.direction {
@@ -580,6 +652,26 @@ public final class IOChannel: @unchecked Sendable {
     complete(operation)
   }
 
+  /// Ends an operation that never started with `error`, counted like a finished one so the
+  /// barriers and the cleanup come after its handler.
+  private func fail(_ operation: IOOperation, _ error: Int32) {
+    operation.post(done: true, operation.pending, error)
+    awaitDelivery(of: operation)
+  }
+
+  /// Counts `operation`'s handler calls as undelivered until the last one has run (its
+  /// handler queue is serial: a block queued after them runs after them).
+  private func awaitDelivery(of operation: IOOperation) {
+    guard let handlerQueue = operation.queue else { return }
+    undelivered += 1
+    handlerQueue.async { [self] in
+      control.async { [self] in
+        undelivered -= 1
+        startWhatMay()
+      }
+    }
+  }
+
   /// Takes a finished operation off the channel and starts what may follow.
   private func complete(_ operation: IOOperation) {
     operation.finished = true
@@ -589,17 +681,8 @@ public final class IOChannel: @unchecked Sendable {
     operation.intervalTimer = nil
     if activeRead === operation { activeRead = nil }
     if activeWrite === operation { activeWrite = nil }
-    // After the operation's last handler call (its queue is serial): one fewer to wait for.
-    if let handlerQueue = operation.queue {
-      undelivered += 1
-      handlerQueue.async { [self] in
-        control.async { [self] in
-          undelivered -= 1
-          startWhatMay()
-        }
-      }
-    }
-    startWhatMay()
+    awaitDelivery(of: operation)
+    if !stopping { startWhatMay() }
   }
 
   /// Cleans up once the channel is closed and idle.
@@ -614,20 +697,52 @@ public final class IOChannel: @unchecked Sendable {
   /// the cleanup handler, once.
   private func finishCleanup() {
     cleanedUp = true
-    if let savedFlags, fd >= 0 { _ = fcntl(fd, F_SETFL, savedFlags) }
+    cleanupError = failure
+    if holdsNonBlocking {
+      DescriptorFlags.release(fd)
+      holdsNonBlocking = false
+    }
     if case .path = origin, fd >= 0 { _ = Glibc.close(fd) }
-    if let cleanupHandler {
-      let error = failure
-      cleanupQueue.async { cleanupHandler(error) }
+    // Given back: the number may now name another file.
+    fd = -1
+    if failure == 0 { failure = ECANCELED }
+    if let handler = cleanupHandler {
+      cleanupHandler = nil  // Run once; drop what it holds.
+      let error = cleanupError
+      cleanupQueue.async { handler(error) }
     }
   }
 }
 
-/// What a one-shot read or write ends with: written by the operation's handler (its calls run
-/// one at a time), read by the cleanup handler, which the channel submits only after the
-/// operation's last handler call has run (`undelivered`), so the queue hops order the two.
-private final class OneShotOutcome: @unchecked Sendable {
-  // @unchecked Sendable: see the type's comment.
-  var bytes = Bytes()
-  var error: Int32 = 0
+/// What a one-shot read or write ends with, and the join of its two ends: the operation's
+/// last handler call and the channel's cleanup (which may come in either order: a descriptor
+/// that is not open is given up before the operation's failure is reported). `finish` runs
+/// once, after both, under the lock.
+private final class OneShotOutcome: Sendable {
+  private struct State {
+    var bytes = Bytes()
+    var error: Int32 = 0
+    var cleanupError: Int32 = 0
+    var arrived = 0
+  }
+  private let state = LockedValue(State())
+  private let finish: @Sendable (Bytes, Int32) -> Void
+
+  init(finish: @escaping @Sendable (Bytes, Int32) -> Void) { self.finish = finish }
+
+  func collect(_ data: Bytes) { state.withLock { $0.bytes = $0.bytes + data } }
+
+  func arrive(error: Int32) { arrive { $0.error = error } }
+
+  func arrive(cleanupError: Int32) { arrive { $0.cleanupError = cleanupError } }
+
+  private func arrive(_ change: (inout State) -> Void) {
+    let ready = state.withLock { state -> (Bytes, Int32)? in
+      change(&state)
+      state.arrived += 1
+      guard state.arrived == 2 else { return nil }
+      return (state.bytes, state.error != 0 ? state.error : state.cleanupError)
+    }
+    if let (bytes, error) = ready { finish(bytes, error) }
+  }
 }

@@ -14,9 +14,12 @@ final class IOOperation: @unchecked Sendable {
   let direction: Direction
   /// Random channels: where the operation starts, from the channel's base offset.
   let offset: Int64
-  /// Where the handler runs: a serial queue targeting the caller's, so that the calls of one
-  /// operation run one at a time and in order even on a concurrent queue.
-  let queue: Queue?
+  /// The queue the caller named for the handler.
+  let target: Queue?
+  /// Where the handler runs: the caller's queue when it is serial, else a serial queue
+  /// targeting it (`IOChannel.handlerQueue(for:)`), so that the calls of one operation run
+  /// one at a time and in order even on a concurrent queue. Set on `control` at submission.
+  var queue: Queue?
   private let readHandler: IOChannel.ReadHandler?
   private let writeHandler: IOChannel.WriteHandler?
 
@@ -24,6 +27,8 @@ final class IOOperation: @unchecked Sendable {
   var pending: Bytes
   /// Bytes read or written so far.
   var transferred = 0
+  /// A file operation: where its next chunk goes (-1 until its first chunk).
+  var filePosition: Int64 = -1
   /// A write: bytes written since the handler last heard (for the low water mark).
   var sinceReport = 0
   /// Set once its `done` call is posted; nothing runs for it afterwards.
@@ -39,7 +44,7 @@ final class IOOperation: @unchecked Sendable {
   ) {
     self.direction = direction
     self.offset = offset
-    self.queue = Queue(label: "io.handler", target: queue)
+    target = queue
     self.readHandler = readHandler
     self.writeHandler = writeHandler
     if case .write(let data) = direction {
@@ -52,7 +57,7 @@ final class IOOperation: @unchecked Sendable {
   init(barrier body: @escaping @Sendable () -> Void) {
     direction = .barrier(body)
     offset = 0
-    queue = nil
+    target = nil
     readHandler = nil
     writeHandler = nil
     pending = Bytes()
@@ -70,13 +75,9 @@ final class IOOperation: @unchecked Sendable {
     }
   }
 
-  /// Ends the operation before it started (a closed channel): `done` with `error`.
-  func fail(_ error: Int32) {
-    if case .barrier(let body) = direction {
-      // A barrier on a closed channel still runs, as libdispatch's does.
-      body()
-      return
-    }
-    post(done: true, pending, error)
+  /// Whether this is a barrier.
+  var isBarrier: Bool {
+    if case .barrier = direction { return true }
+    return false
   }
 }
