@@ -56,6 +56,15 @@
  *              serial queues, created before the start; the serial items also count on a
  *              plain per-queue counter, checked at the end); the last of the 1M items
  *              signals a semaphore (shared atomic counter). ns/item.
+ *   io_pipe    256 MiB through a pipe: a writer channel writes one 1 MiB data object 256 times,
+ *              a reader channel (low water 64 KiB, high water 1 MiB) counts the bytes to the end
+ *              of the file (checked). ns/MiB.
+ *   io_echo    a 32-byte message over a socket pair through one channel per end, 20k round
+ *              trips: each a dispatch_io_write on one end and a 32-byte dispatch_io_read on the
+ *              other, then back. ns/round trip.
+ *   io_file    a 256 MiB file (written and synced before the timed part) copied to another by
+ *              two random-access path channels, each 1 MiB read written at its offset (the
+ *              count checked). ns/MiB.
  *   after_dense 100k dispatch_after_f onto the default global queue, delays spread evenly
  *              over 200 ms (i * 200 ms / 100k) and submitted in a shuffled order (fixed-seed
  *              LCG); each handler records its lateness, CLOCK_MONOTONIC now minus the intended
@@ -732,6 +741,186 @@ static struct result bench_after_dense(long timers) {
   return result;
 }
 
+// ---- I/O channels: a pipe, a socket pair, a regular file -------------------------------------
+
+#ifdef DISPATCH_IO_STREAM
+enum { io_mib = 1 << 20 };
+
+static void io_fail(const char *what, int error) {
+  fprintf(stderr, "bench: %s failed (error %d)\n", what, error);
+  abort();
+}
+
+// io_pipe: `mib` MiB through a pipe. A writer channel writes one 1 MiB data object `mib`
+// times; a reader channel (low water 64 KiB, high water 1 MiB) counts what arrives to the end
+// of the file. ns per MiB.
+static struct result bench_io_pipe(long mib) {
+  int ends[2];
+  if (pipe(ends) != 0) io_fail("pipe", errno);
+  dispatch_queue_t queue = dispatch_queue_create("bench.io.pipe", NULL);
+  dispatch_semaphore_t done = dispatch_semaphore_create(0);
+  char *block = malloc(io_mib);
+  memset(block, 'x', io_mib);
+  dispatch_data_t chunk = dispatch_data_create(block, io_mib, NULL, DISPATCH_DATA_DESTRUCTOR_FREE);
+  int write_end = ends[1], read_end = ends[0];
+  dispatch_io_t writer = dispatch_io_create(DISPATCH_IO_STREAM, write_end, queue, ^(int error) {
+    (void)error;
+    close(write_end);
+  });
+  dispatch_io_t reader = dispatch_io_create(DISPATCH_IO_STREAM, read_end, queue, ^(int error) {
+    (void)error;
+    close(read_end);
+    dispatch_semaphore_signal(done);
+  });
+  dispatch_io_set_low_water(reader, 64 * 1024);
+  dispatch_io_set_high_water(reader, io_mib);
+  __block long received = 0;
+  struct stamp start = stamp_now();
+  dispatch_io_read(reader, 0, SIZE_MAX, queue, ^(bool finished, dispatch_data_t data, int error) {
+    if (error != 0) io_fail("io_pipe read", error);
+    if (data != NULL) received += (long)dispatch_data_get_size(data);
+    if (finished) dispatch_io_close(reader, 0);
+  });
+  for (long i = 0; i < mib; i++) {
+    dispatch_io_write(writer, 0, chunk, queue, ^(bool finished, dispatch_data_t left, int error) {
+      (void)finished, (void)left;
+      if (error != 0) io_fail("io_pipe write", error);
+    });
+  }
+  dispatch_io_close(writer, 0);  // After the writes: then the reader sees the end of the file.
+  dispatch_semaphore_wait(done, DISPATCH_TIME_FOREVER);
+  struct stamp end = stamp_now();
+  if (received != mib * io_mib) io_fail("io_pipe: bytes received", (int)(received / io_mib));
+  dispatch_release(chunk);
+  dispatch_release(writer);
+  dispatch_release(reader);
+  dispatch_release(done);
+  dispatch_release(queue);
+  return result_between(start, end, mib);
+}
+
+// io_echo: a 32-byte message bounced over a socket pair through one channel per end; each
+// round trip is a write on one channel, a 32-byte read on the other, the same back. ns per
+// round trip.
+static dispatch_io_t echo_left, echo_right;
+static dispatch_queue_t echo_queue;
+static dispatch_data_t echo_message;
+static long echo_remaining;
+static dispatch_semaphore_t echo_done;
+
+static void echo_round(void);
+
+static void echo_send(dispatch_io_t from, dispatch_io_t to, bool back) {
+  dispatch_io_write(from, 0, echo_message, echo_queue, ^(bool done, dispatch_data_t left, int error) {
+    (void)done, (void)left;
+    if (error != 0) io_fail("io_echo write", error);
+  });
+  dispatch_io_read(to, 0, 32, echo_queue, ^(bool done, dispatch_data_t data, int error) {
+    (void)data;
+    if (error != 0) io_fail("io_echo read", error);
+    if (!done) return;
+    if (!back) {
+      echo_send(echo_right, echo_left, true);
+    } else if (--echo_remaining > 0) {
+      echo_round();
+    } else {
+      dispatch_semaphore_signal(echo_done);
+    }
+  });
+}
+
+static void echo_round(void) { echo_send(echo_left, echo_right, false); }
+
+static struct result bench_io_echo(long rounds) {
+  int pair[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, pair) != 0) io_fail("socketpair", errno);
+  echo_queue = dispatch_queue_create("bench.io.echo", NULL);
+  echo_done = dispatch_semaphore_create(0);
+  echo_message = dispatch_data_create("0123456789abcdef0123456789abcdef", 32, NULL,
+                                      DISPATCH_DATA_DESTRUCTOR_DEFAULT);
+  echo_left = dispatch_io_create(DISPATCH_IO_STREAM, pair[0], echo_queue, ^(int error) { (void)error; });
+  echo_right = dispatch_io_create(DISPATCH_IO_STREAM, pair[1], echo_queue, ^(int error) { (void)error; });
+  dispatch_io_set_low_water(echo_left, 1);
+  dispatch_io_set_low_water(echo_right, 1);
+  echo_remaining = rounds;
+  struct stamp start = stamp_now();
+  dispatch_async(echo_queue, ^{ echo_round(); });
+  dispatch_semaphore_wait(echo_done, DISPATCH_TIME_FOREVER);
+  struct stamp end = stamp_now();
+  dispatch_io_close(echo_left, 0);
+  dispatch_io_close(echo_right, 0);
+  dispatch_release(echo_left);
+  dispatch_release(echo_right);
+  dispatch_release(echo_message);
+  dispatch_sync(echo_queue, ^{});
+  dispatch_release(echo_done);
+  dispatch_release(echo_queue);
+  // The channels give the descriptors back asynchronously; closing them here could race
+  // with that, so they stay open (two descriptors per run).
+  return result_between(start, end, rounds);
+}
+
+// io_file: copies a `mib` MiB regular file (written before the timed part, so in the page
+// cache) to another with two random-access path channels: each 1 MiB read at an offset is
+// written at the same offset. ns per MiB.
+static struct result bench_io_file(long mib) {
+  static char source[] = "/tmp/bench-io-src-XXXXXX";
+  static char target[] = "/tmp/bench-io-dst-XXXXXX";
+  strcpy(source + strlen(source) - 6, "XXXXXX");
+  strcpy(target + strlen(target) - 6, "XXXXXX");
+  int fd = mkstemp(source);
+  int out = mkstemp(target);
+  if (fd < 0 || out < 0) io_fail("mkstemp", errno);
+  close(out);
+  char *block = malloc(io_mib);
+  memset(block, 'y', io_mib);
+  for (long i = 0; i < mib; i++) {
+    if (write(fd, block, io_mib) != io_mib) io_fail("writing the source", errno);
+  }
+  free(block);
+  close(fd);
+  // The source's dirty pages go to the disk now, not while the other side's copy is timed:
+  // both sides start with a clean page cache holding the source.
+  sync();
+  dispatch_queue_t queue = dispatch_queue_create("bench.io.file", NULL);
+  dispatch_group_t group = dispatch_group_create();
+  dispatch_io_t from = dispatch_io_create_with_path(DISPATCH_IO_RANDOM, source, O_RDONLY, 0, queue,
+                                                    ^(int error) { (void)error; });
+  dispatch_io_t to = dispatch_io_create_with_path(DISPATCH_IO_RANDOM, target, O_WRONLY, 0, queue,
+                                                  ^(int error) { (void)error; });
+  dispatch_io_set_high_water(from, io_mib);
+  dispatch_io_set_low_water(from, io_mib);
+  __block off_t offset = 0;
+  struct stamp start = stamp_now();
+  dispatch_group_enter(group);
+  dispatch_io_read(from, 0, SIZE_MAX, queue, ^(bool done, dispatch_data_t data, int error) {
+    if (error != 0) io_fail("io_file read", error);
+    if (data != NULL && dispatch_data_get_size(data) > 0) {
+      dispatch_group_enter(group);
+      dispatch_io_write(to, offset, data, queue, ^(bool written, dispatch_data_t left, int werror) {
+        (void)left;
+        if (werror != 0) io_fail("io_file write", werror);
+        if (written) dispatch_group_leave(group);
+      });
+      offset += (off_t)dispatch_data_get_size(data);
+    }
+    if (done) dispatch_group_leave(group);
+  });
+  dispatch_group_wait(group, DISPATCH_TIME_FOREVER);
+  struct stamp end = stamp_now();
+  if (offset != (off_t)mib * io_mib) io_fail("io_file: bytes copied", (int)(offset / io_mib));
+  dispatch_io_close(from, 0);
+  dispatch_io_close(to, 0);
+  dispatch_release(from);
+  dispatch_release(to);
+  dispatch_release(group);
+  dispatch_release(queue);
+  unlink(source);
+  unlink(target);
+  return result_between(start, end, mib);
+}
+#endif
+
 // ---- Driver ------------------------------------------------------------------------------------
 
 struct row {
@@ -764,6 +953,14 @@ static const struct row rows[] = {
     {"after_dense", 100000, bench_after_dense,
      "100k dispatch_after_f over 200 ms, shuffled: p99 lateness in ns (wall column), CPU and "
      "allocs per timer"},
+#ifdef DISPATCH_IO_STREAM
+    {"io_pipe", 256, bench_io_pipe,
+     "256 MiB through a pipe, a writer channel and a reader channel (ns/MiB)"},
+    {"io_echo", 20000, bench_io_echo,
+     "32-byte echo over a socket pair through one channel per end, 20k (ns/round trip)"},
+    {"io_file", 256, bench_io_file,
+     "256 MiB file copied with two random-access path channels, 1 MiB per read (ns/MiB)"},
+#endif
 };
 enum { row_count = sizeof rows / sizeof rows[0] };
 
