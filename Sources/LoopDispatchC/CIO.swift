@@ -107,6 +107,20 @@ public func cIOCreateWithIO(
   return Unmanaged.passRetained(CIO(channel)).toOpaque()
 }
 
+/// The C object behind a handle, retained until `release()`: an operation or barrier keeps
+/// its channel's handle valid until it has finished (its blocks may use the handle, as in
+/// libdispatch, where operations retain their channel).
+private struct HeldChannel: @unchecked Sendable {
+  // @unchecked Sendable: an `Unmanaged` reference to a Sendable object (`CIO`), released once.
+  let object: Unmanaged<CIO>
+  init(_ raw: UnsafeMutableRawPointer?, _ call: StaticString) {
+    object = CHandle.withBorrowed(raw, as: CIO.self, "channel", call) {
+      Unmanaged.passUnretained($0).retain()
+    }
+  }
+  func release() { object.release() }
+}
+
 /// The channel behind a handle, borrowed for the call.
 private func withChannel<Result>(
   _ raw: UnsafeMutableRawPointer?, _ call: StaticString, _ body: (IOChannel) -> Result
@@ -123,14 +137,17 @@ public func cIORead(
   guard let call, let release else { internalBug("io.c passed no handler functions") }
   let target = CHandle.queue(queue, "dispatch_io_read")
   let callback = CCallback(context: context, function: (call, release))
-  withChannel(raw, "dispatch_io_read") { channel in
-    // size_t SIZE_MAX arrives as -1: to the end of the file.
-    channel.read(offset: offset, length: length < 0 ? Int.max : length, queue: target) {
-      done, data, error in
-      withDataHandle(data) { handle in
-        callback.function.0(callback.context, done, handle, error, data.isEmpty && error != 0)
-      }
-      if done { callback.function.1(callback.context) }
+  let held = HeldChannel(raw, "dispatch_io_read")
+  // size_t SIZE_MAX arrives as -1: to the end of the file.
+  held.object.takeUnretainedValue().channel.read(
+    offset: offset, length: length < 0 ? Int.max : length, queue: target
+  ) { done, data, error in
+    withDataHandle(data) { handle in
+      callback.function.0(callback.context, done, handle, error, data.isEmpty && error != 0)
+    }
+    if done {
+      callback.function.1(callback.context)
+      held.release()
     }
   }
 }
@@ -145,13 +162,16 @@ public func cIOWrite(
   let bytes = CDataHandle.bytes(data, "dispatch_io_write")
   let target = CHandle.queue(queue, "dispatch_io_write")
   let callback = CCallback(context: context, function: (call, release))
-  withChannel(raw, "dispatch_io_write") { channel in
-    channel.write(offset: offset, data: bytes, queue: target) { done, remaining, error in
-      // Nothing left: no data (NULL), as libdispatch.
-      withDataHandle(remaining) { handle in
-        callback.function.0(callback.context, done, handle, error, remaining.isEmpty)
-      }
-      if done { callback.function.1(callback.context) }
+  let held = HeldChannel(raw, "dispatch_io_write")
+  held.object.takeUnretainedValue().channel.write(offset: offset, data: bytes, queue: target) {
+    done, remaining, error in
+    // Nothing left: no data (NULL), as libdispatch.
+    withDataHandle(remaining) { handle in
+      callback.function.0(callback.context, done, handle, error, remaining.isEmpty)
+    }
+    if done {
+      callback.function.1(callback.context)
+      held.release()
     }
   }
 }
@@ -168,7 +188,11 @@ public func cIOBarrierF(
 ) {
   guard let function else { internalBug("io.c passed no barrier function") }
   let work = CWork(function: function, context: context)
-  withChannel(raw, "dispatch_io_barrier") { $0.barrier { work.run() } }
+  let held = HeldChannel(raw, "dispatch_io_barrier")
+  held.object.takeUnretainedValue().channel.barrier {
+    work.run()
+    held.release()
+  }
 }
 
 @_cdecl("dispatch_io_get_descriptor")
