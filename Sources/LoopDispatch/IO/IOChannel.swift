@@ -118,7 +118,7 @@ public final class IOChannel: @unchecked Sendable {
   ) {
     self.kind = kind
     origin = .descriptor(fd)
-    control = Queue(label: "io.channel")
+    control = IOChannel.makeControlQueue()
     cleanupQueue = queue
     cleanupHandler = cleanup
     self.fd = fd
@@ -146,7 +146,7 @@ public final class IOChannel: @unchecked Sendable {
     guard path.hasPrefix("/") else { return nil }
     self.kind = kind
     origin = .path(path, flags: flags, mode: mode)
-    control = Queue(label: "io.channel")
+    control = IOChannel.makeControlQueue()
     cleanupQueue = queue
     cleanupHandler = cleanup
   }
@@ -159,7 +159,7 @@ public final class IOChannel: @unchecked Sendable {
   ) {
     self.kind = kind
     origin = .channel(other)
-    control = Queue(label: "io.channel")
+    control = IOChannel.makeControlQueue()
     cleanupQueue = queue
     cleanupHandler = cleanup
   }
@@ -304,6 +304,13 @@ public final class IOChannel: @unchecked Sendable {
     }
   }
 
+  /// A channel's own queue: it does not rename the workers that drain it.
+  private static func makeControlQueue() -> Queue {
+    let queue = Queue(label: "io.channel")
+    queue.namesThreads = false
+    return queue
+  }
+
   /// Serial queues made for handlers on concurrent queues, one per such queue (each keeps
   /// its target alive, so a key never names a freed queue).
   private var handlerQueues: [ObjectIdentifier: Queue] = [:]
@@ -316,6 +323,7 @@ public final class IOChannel: @unchecked Sendable {
     case .root, .concurrent:
       if let made = handlerQueues[ObjectIdentifier(target)] { return made }
       let made = Queue(label: "io.handler", target: target)
+      made.namesThreads = false
       handlerQueues[ObjectIdentifier(target)] = made
       return made
     }

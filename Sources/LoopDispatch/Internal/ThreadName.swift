@@ -87,6 +87,7 @@ final class ThreadName {
     guard let frame = ThreadFrame.current, ThreadSlots.nameState() != nil else { return }
     let queue = frame.pointee.queue
     if case .root = queue.kind { return }
+    guard queue.namesThreads else { return }
     show(queue.label)
   }
 

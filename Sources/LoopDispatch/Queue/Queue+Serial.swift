@@ -100,7 +100,7 @@ extension Queue {
 
   /// Runs up to `drainBudget` items. The caller holds SCHEDULED (given by `wakeUp`).
   func drainSerial() {
-    if kind == .serial { ThreadName.show(label) }
+    if kind == .serial && namesThreads { ThreadName.show(label) }
     ThreadFrame.with(self, exclusive: true) {
       var ran = 0
       var yielded = false
@@ -131,7 +131,7 @@ extension Queue {
       }
       if !yielded { releaseScheduled() }
     }
-    if kind == .serial { ThreadName.showEnclosingQueue() }
+    if kind == .serial && namesThreads { ThreadName.showEnclosingQueue() }
   }
 
   /// Takes the oldest item, refilling the backlog from `incoming` when it runs dry.

@@ -128,6 +128,11 @@ public final class Queue: @unchecked Sendable {
   /// a queue that never ran anything costs one word here.
   let countersPointer = Atomic<UnsafeMutableRawPointer?>(nil)
 
+  /// Whether a worker draining this queue takes its label as the thread's name. False for the
+  /// runtime's own queues (an I/O channel's), which would otherwise cost a rename (`prctl`)
+  /// on every hop through them. Set right after creation, before the queue is shared.
+  var namesThreads = true
+
   // MARK: Creation
 
   /// Creates a custom queue.
