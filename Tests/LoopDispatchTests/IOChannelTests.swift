@@ -355,6 +355,51 @@ import Testing
   }
 }
 
+/// Intervals and shared channels.
+@Suite struct IOChannelIntervalAndSharingTests {
+  @Test func anIntervalHandsOverWhatArrivedBelowTheLowWaterMark() throws {
+    let (reader, writer) = try blockingPipe()
+    let channel = IOChannel(kind: .stream, fd: reader) { _ in close(reader) }
+    channel.setLowWater(Int.max)  // Never reached: only the interval can deliver.
+    channel.setInterval(.milliseconds(10))
+    let first = Latch()
+    let seen = Locked<(Bool, [UInt8])?>(nil)
+    channel.read(length: Int.max, queue: Queue(label: "io.interval")) { done, data, _ in
+      guard !data.isEmpty, seen.value == nil else { return }
+      seen.withLock { $0 = (done, data.array) }
+      first.open()
+    }
+    #expect(Glibc.write(writer, "tick", 4) == 4)
+    // The writer stays open: no end of file, so only the interval delivers.
+    #expect(first.wait(seconds: 30))
+    #expect(seen.value?.0 == false)
+    #expect(seen.value?.1 == Array("tick".utf8))
+    channel.close(stop: true)
+    close(writer)
+  }
+
+  @Test func aChannelMadeFromAnotherUsesItsDescriptorAndLeavesItOpen() async throws {
+    let fd = try temporaryFile()
+    #expect(Glibc.write(fd, "shared bytes", 12) == 12)
+    #expect(lseek(fd, 0, SEEK_SET) == 0)  // Random offsets count from here.
+    let firstCleaned = Latch()
+    let first = IOChannel(kind: .random, fd: fd) { _ in firstCleaned.open() }
+    let secondCleaned = Latch()
+    let second = IOChannel(kind: .random, sharing: first) { _ in secondCleaned.open() }
+    #expect(try await second.read(offset: 7, length: 5).array == Array("bytes".utf8))
+    second.close()
+    #expect(secondCleaned.wait(seconds: 30))
+    // The first channel, and the descriptor, are untouched by the second's cleanup.
+    #expect(try await first.read(offset: 0, length: 6).array == Array("shared".utf8))
+    first.close()
+    #expect(firstCleaned.wait(seconds: 30))
+    // Once the first has given the descriptor back, a channel made from it fails.
+    let third = IOChannel(kind: .stream, sharing: first)
+    await #expect(throws: IOError(code: EBADF)) { try await third.read(length: 1) }
+    close(fd)
+  }
+}
+
 private func readThree(_ fd: Int32) -> String {
   var buffer = [UInt8](repeating: 0, count: 3)
   let count = pread(fd, &buffer, 3, 0)

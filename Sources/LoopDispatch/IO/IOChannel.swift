@@ -390,11 +390,12 @@ public final class IOChannel: @unchecked Sendable {
     case .channel(let other):
       // The other channel's descriptor, if it still has it (a channel that gave it back
       // has fd -1 and a failure): asked on its queue, unless this runs there already.
-      let ask = { () -> Int32 in
+      // A random channel counts offsets from the other channel's starting position.
+      let ask = { () -> (Int32, off_t) in
         other.prepare()
-        return other.failure == 0 ? other.fd : -1
+        return (other.failure == 0 ? other.fd : -1, other.baseOffset)
       }
-      fd = other.control.isCurrent ? ask() : other.control.sync(execute: ask)
+      (fd, baseOffset) = other.control.isCurrent ? ask() : other.control.sync(execute: ask)
       if fd < 0 {
         failure = EBADF
         return
