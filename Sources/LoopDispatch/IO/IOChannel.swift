@@ -110,24 +110,31 @@ public final class IOChannel: @unchecked Sendable {
 
   // MARK: Creation
 
-  /// A channel over `fd`, which stays the caller's: the channel never closes it, and the
-  /// caller may close it once `cleanup` has run.
-  public init(
-    kind: Kind, fd: Int32, queue: Queue = .global(),
-    cleanup: (@Sendable (_ error: Int32) -> Void)? = nil
+  /// The fields every channel sets the same way.
+  private init(
+    kind: Kind, origin: Origin, queue: Queue, cleanup: (@Sendable (Int32) -> Void)?
   ) {
     self.kind = kind
-    origin = .descriptor(fd)
+    self.origin = origin
     control = IOChannel.makeControlQueue()
     cleanupQueue = queue
     cleanupHandler = cleanup
+  }
+
+  /// A channel over `fd`, which stays the caller's: the channel never closes it, and the
+  /// caller may close it once `cleanup` has run.
+  public convenience init(
+    kind: Kind, fd: Int32, queue: Queue = .global(),
+    cleanup: (@Sendable (_ error: Int32) -> Void)? = nil
+  ) {
+    self.init(kind: kind, origin: .descriptor(fd), queue: queue, cleanup: cleanup)
     self.fd = fd
     // As libdispatch: a descriptor that is not open fails every operation with EBADF (and
-    // the cleanup handler gets EBADF), rather than the creation.
+    // the cleanup handler gets EBADF), rather than the creation. The channel gives the
+    // descriptor up at its first operation (or its close), before reporting that
+    // operation's failure.
     var status = stat()
     if fd < 0 || fstat(fd, &status) != 0 {
-      // Every operation fails with EBADF; the channel gives the descriptor up at its first
-      // operation (or its close), before reporting that operation's failure.
       failure = EBADF
       return
     }
@@ -139,29 +146,22 @@ public final class IOChannel: @unchecked Sendable {
 
   /// A channel over the file at `path` (absolute), opened with `flags` and `mode` at the
   /// channel's first operation and closed by the channel. Nil for a relative path.
-  public init?(
+  public convenience init?(
     kind: Kind, path: String, flags: Int32, mode: mode_t = 0, queue: Queue = .global(),
     cleanup: (@Sendable (_ error: Int32) -> Void)? = nil
   ) {
     guard path.hasPrefix("/") else { return nil }
-    self.kind = kind
-    origin = .path(path, flags: flags, mode: mode)
-    control = IOChannel.makeControlQueue()
-    cleanupQueue = queue
-    cleanupHandler = cleanup
+    self.init(
+      kind: kind, origin: .path(path, flags: flags, mode: mode), queue: queue, cleanup: cleanup)
   }
 
   /// A channel over the descriptor of `other` (which keeps it: the new channel never closes
   /// it).
-  public init(
+  public convenience init(
     kind: Kind, sharing other: IOChannel, queue: Queue = .global(),
     cleanup: (@Sendable (_ error: Int32) -> Void)? = nil
   ) {
-    self.kind = kind
-    origin = .channel(other)
-    control = IOChannel.makeControlQueue()
-    cleanupQueue = queue
-    cleanupHandler = cleanup
+    self.init(kind: kind, origin: .channel(other), queue: queue, cleanup: cleanup)
   }
 
   deinit {
@@ -256,10 +256,7 @@ public final class IOChannel: @unchecked Sendable {
     from fd: Int32, length: Int, queue: Queue,
     handler: @escaping @Sendable (_ data: Bytes, _ error: Int32) -> Void
   ) {
-    let outcome = OneShotOutcome { bytes, error in queue.async { handler(bytes, error) } }
-    let channel = IOChannel(kind: .stream, fd: fd, queue: queue) { cleanupError in
-      outcome.arrive(cleanupError: cleanupError)
-    }
+    let (channel, outcome) = oneShot(fd: fd, queue: queue, handler: handler)
     channel.setLowWater(Int.max)
     channel.read(length: length, queue: channel.control) { done, data, error in
       // One call at a time, in order (the operation's handler queue is serial).
@@ -277,16 +274,25 @@ public final class IOChannel: @unchecked Sendable {
     to fd: Int32, data: Bytes, queue: Queue,
     handler: @escaping @Sendable (_ remaining: Bytes, _ error: Int32) -> Void
   ) {
-    let outcome = OneShotOutcome { bytes, error in queue.async { handler(bytes, error) } }
-    let channel = IOChannel(kind: .stream, fd: fd, queue: queue) { cleanupError in
-      outcome.arrive(cleanupError: cleanupError)
-    }
+    let (channel, outcome) = oneShot(fd: fd, queue: queue, handler: handler)
     channel.write(data: data, queue: channel.control) { done, remaining, error in
       guard done else { return }
       outcome.collect(remaining)
       outcome.arrive(error: error)
       channel.close()
     }
+  }
+
+  /// A stream channel for one read or write, and the outcome that calls `handler` on `queue`
+  /// once both the operation has ended and the channel has given the descriptor back.
+  private static func oneShot(
+    fd: Int32, queue: Queue, handler: @escaping @Sendable (Bytes, Int32) -> Void
+  ) -> (IOChannel, OneShotOutcome) {
+    let outcome = OneShotOutcome { bytes, error in queue.async { handler(bytes, error) } }
+    let channel = IOChannel(kind: .stream, fd: fd, queue: queue) { cleanupError in
+      outcome.arrive(cleanupError: cleanupError)
+    }
+    return (channel, outcome)
   }
 
   // MARK: The engine (on `control`)
@@ -454,29 +460,11 @@ public final class IOChannel: @unchecked Sendable {
     switch operation.direction {
     case .read(let length):
       let want = Swift.min(chunk, length - operation.transferred)
-      var got = 0
-      var error: Int32 = 0
       let position = off_t(operation.filePosition)
-      let bytes = Bytes(readingUpTo: want) { buffer in
-        repeat {
-          got =
-            kind == .random
-            ? pread(fd, buffer.baseAddress, want, position)
-            : Glibc.read(fd, buffer.baseAddress, want)
-        } while got < 0 && errno == EINTR
-        if got < 0 { error = errno }
-        return Swift.max(got, 0)
-      }
-      if error != 0 {
-        finish(operation, error: error)
-        return
-      }
-      if got == 0 {
-        endOfFile(operation)
-        return
+      let got = readChunk(operation, want: want, length: length) { base, count in
+        kind == .random ? pread(fd, base, count, position) : Glibc.read(fd, base, count)
       }
       operation.filePosition += Int64(got)
-      received(bytes, by: operation, length: length)
     case .write:
       var wrote = 0
       var error: Int32 = 0
@@ -554,26 +542,40 @@ public final class IOChannel: @unchecked Sendable {
     let chunk = 64 * 1024
     while !operation.finished && operation.transferred < length {
       let want = Swift.min(chunk, length - operation.transferred)
-      var got = 0
-      var error: Int32 = 0
-      let bytes = Bytes(readingUpTo: want) { buffer in
-        repeat {
-          got = Glibc.read(fd, buffer.baseAddress, want)
-        } while got < 0 && errno == EINTR
-        if got < 0 { error = errno }
-        return Swift.max(got, 0)
+      let got = readChunk(operation, want: want, length: length) { base, count in
+        Glibc.read(fd, base, count)
       }
-      if error == EAGAIN || error == EWOULDBLOCK { return }
-      if error != 0 {
-        finish(operation, error: error)
-        return
-      }
-      if got == 0 {
-        endOfFile(operation)
-        return
-      }
-      received(bytes, by: operation, length: length)
+      if got == 0 { return }  // Nothing there yet (EAGAIN), or the operation ended.
     }
+  }
+
+  /// One read of up to `want` bytes for `operation` with `call` (`read` or `pread`, retried
+  /// on `EINTR`): new bytes go to `received`, an error or the end of the file ends the
+  /// operation. Returns how many bytes arrived: 0 for `EAGAIN` or an ended operation.
+  private func readChunk(
+    _ operation: IOOperation, want: Int, length: Int,
+    _ call: (UnsafeMutableRawPointer?, Int) -> Int
+  ) -> Int {
+    var got = 0
+    var error: Int32 = 0
+    let bytes = Bytes(readingUpTo: want) { buffer in
+      repeat {
+        got = call(buffer.baseAddress, want)
+      } while got < 0 && errno == EINTR
+      if got < 0 { error = errno }
+      return Swift.max(got, 0)
+    }
+    if error == EAGAIN || error == EWOULDBLOCK { return 0 }
+    if error != 0 {
+      finish(operation, error: error)
+      return 0
+    }
+    if got == 0 {
+      endOfFile(operation)
+      return 0
+    }
+    received(bytes, by: operation, length: length)
+    return got
   }
 
   private func writeReady(_ operation: IOOperation) {
