@@ -1,3 +1,5 @@
+import MainLoop
+
 /// An `errno` value from an ``IOChannel`` operation.
 public struct IOError: Error, Equatable, Sendable {
   /// The `errno` value (`ECANCELED` for an operation on a closed channel).
@@ -12,17 +14,15 @@ extension IOChannel {
   /// - Throws: ``IOError`` with the `errno` of a failed read; the bytes read before it are
   ///   lost to the caller, so use ``read(offset:length:queue:handler:)`` to keep them.
   public func read(offset: Int64 = 0, length: Int) async throws(IOError) -> Bytes {
-    let result: Result<Bytes, IOError> = await withCheckedContinuation { continuation in
-      let collected = Collected()
+    let collected = Collected()
+    let error: Int32 = await withCheckedContinuation { continuation in
       read(offset: offset, length: length, queue: control) { done, data, error in
-        // One call at a time (the operation's handler queue is serial).
-        collected.bytes = collected.bytes + data
-        guard done else { return }
-        continuation.resume(
-          returning: error == 0 ? .success(collected.bytes) : .failure(IOError(code: error)))
+        collected.append(data)
+        if done { continuation.resume(returning: error) }
       }
     }
-    return try result.get()
+    if error != 0 { throw IOError(code: error) }
+    return collected.bytes
   }
 
   /// Writes all of `data` at `offset` (random channels).
@@ -37,8 +37,13 @@ extension IOChannel {
   }
 }
 
-/// Bytes an `async` read collects; touched only by its handler, one call at a time.
-private final class Collected: @unchecked Sendable {
-  // @unchecked Sendable: see the type's comment.
-  var bytes = Bytes()
+/// Bytes an `async` read collects, handed to the awaiting task through a lock rather than in
+/// the continuation's value: a continuation resumed before its task even suspends is taken
+/// on a fast path whose ordering ThreadSanitizer cannot see, and it then reports the task's
+/// first read of the bytes (made on the channel's queue) as a race. The lock's release and
+/// acquire are an edge it sees, and order the same accesses.
+private final class Collected: Sendable {
+  private let collected = LockedValue(Bytes())
+  func append(_ data: Bytes) { collected.withLock { $0 = $0 + data } }
+  var bytes: Bytes { collected.withLock { $0 } }
 }
