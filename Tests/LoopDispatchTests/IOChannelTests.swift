@@ -346,11 +346,18 @@ import Testing
     }
     // 1.5 MiB, and the writer stays open: no end of file to flush what is held.
     let payload = Bytes([UInt8](repeating: 7, count: 3 << 19))
-    let writing = IOChannel(kind: .stream, fd: writer) { _ in close(writer) }
+    let writerGone = Latch()
+    let writing = IOChannel(kind: .stream, fd: writer) { _ in
+      close(writer)
+      writerGone.open()
+    }
     writing.write(data: payload, queue: .global()) { _, _, _ in }
     #expect(firstCall.wait(seconds: 30))
     #expect(firstSize.value >= 1 << 20)
+    // The writer stops and gives its end back before the reader's end closes: a write to a
+    // pipe with no reader would raise SIGPIPE in the test process.
     writing.close(stop: true)
+    #expect(writerGone.wait(seconds: 30))
     channel.close(stop: true)
   }
 }
