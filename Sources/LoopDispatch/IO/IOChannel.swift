@@ -208,13 +208,13 @@ public final class IOChannel: @unchecked Sendable {
       closed = true
       if stop {
         // The running operations end first (they were submitted first), then the waiting
-        // ones in order; barriers among them still run, in their turn.
+        // ones in order; barriers among them still run, in their turn. Only barriers are
+        // left waiting, and none can start while the ended operations' handlers are
+        // undelivered, so the `startWhatMay` inside `finish` starts nothing early.
         let cancelled = waiting.filter { !$0.isBarrier }
         waiting.removeAll { !$0.isBarrier }
-        stopping = true
         if let read = activeRead { finish(read, error: ECANCELED) }
         if let write = activeWrite { finish(write, error: ECANCELED) }
-        stopping = false
         for operation in cancelled { fail(operation, ECANCELED) }
       }
       startWhatMay()
@@ -339,8 +339,6 @@ public final class IOChannel: @unchecked Sendable {
   /// from inside it: the outer call goes round again instead of recursing).
   private var starting = false
   private var startAgain = false
-  /// Set while `close(stop:)` ends the running operations.
-  private var stopping = false
 
   /// Starts the waiting operations in order while each may start. Never recursive: a call
   /// from inside one (an operation that finished at once) makes the outer one loop again.
@@ -693,7 +691,7 @@ public final class IOChannel: @unchecked Sendable {
     if activeRead === operation { activeRead = nil }
     if activeWrite === operation { activeWrite = nil }
     awaitDelivery(of: operation)
-    if !stopping { startWhatMay() }
+    startWhatMay()
   }
 
   /// Cleans up once the channel is closed and idle.
