@@ -1,114 +1,268 @@
 import CLoopShims
 import Glibc
+import Synchronization
 
 /// Names pool workers after the queue they are draining, so `top -H`, `ps -L`, gdb and
-/// perf show `conn.42` rather than `ld.worker.3`.
+/// perf show `conn.42` rather than `ld.worker.3` for work that takes a while.
 ///
-/// A worker installs a `ThreadName` for itself when it starts (`installForWorker`); other
-/// threads (the main thread, threads calling `sync`) have none and are never renamed.
-/// Renaming costs one `prctl` (~0.3 µs), so it happens only when the label to show differs
-/// from the one shown: a worker draining one queue over and over renames once.
+/// Renaming costs a system call (~0.3 µs on these VMs, more than a whole hop between two
+/// queues), so workers never rename on the hot path. The naming is lazy:
+/// 1. A worker records the name it *wants* (the label of the queue it drains, or its own
+///    name `ld.worker.N` between drains and for global-queue items) in its `ThreadName`: two
+///    words and a sequence number, written with plain stores (a seqlock, see `want`). No
+///    system call, no lock, no shared cache line written while the supervisor is awake.
+/// 2. The pool supervisor (`PoolSupervisor`) looks at every worker's wanted name once per
+///    tick (5 ms) while any name is out of date. A wanted name unchanged since its previous
+///    look (so held for at least one tick) is written to the kernel through
+///    `/proc/self/task/<tid>/comm`. A drain that takes longer than a tick or two therefore
+///    shows its queue's label; a hop of a few microseconds renames nothing.
+/// 3. A worker about to park shows its own name again itself (`showOwnNameBeforeParking`),
+///    under the same lock as the supervisor's renames: a parked worker never shows a label.
+/// 4. The supervisor sleeps without a timeout again once every worker shows what it wants,
+///    so an idle process has no wake-ups from naming. A worker whose wanted name differs
+///    from the one shown wakes it (`requestLook`: one load of a shared flag when a look is
+///    already due; one futex wake when the supervisor sleeps).
 ///
-/// Thread-safety: each instance is reached only through its own thread's thread-local slot,
-/// so only that thread reads or writes it.
-final class ThreadName {
-  /// The worker's own name (`ld.worker.N`), shown while it is not draining a custom queue.
-  private let ownName: String
-  /// The label the kernel shows now, or nil while it shows `ownName`.
-  private var shownLabel: String?
+/// Who touches what: `wanted` and `sequence` are written by the owning worker only and read
+/// by the supervisor; `shown` and `exited` are behind `renameLock`; `lastLook` belongs to the
+/// supervisor thread; `localWanted` to the owning worker.
+final class ThreadName: @unchecked Sendable {
+  // @unchecked Sendable: every field follows the ownership rules above (atomics, the lock,
+  // or one thread).
 
-  private init(ownName: String) { self.ownName = ownName }
+  /// The worker's own name (`ld.worker.N`, `ld.oc.N`).
+  let ownName: KernelName
+  /// The kernel's id of the worker's thread, for `/proc/self/task/<tid>/comm`.
+  let tid: pid_t
+  /// Seqlock sequence: odd while the owner writes `wanted`.
+  private let sequence = Atomic<UInt64>(0)
+  /// The wanted name's two words (see `KernelName`); `.none` for the worker's own name.
+  private let wantedLow = Atomic<UInt64>(0)
+  private let wantedHigh = Atomic<UInt64>(0)
+  /// The wanted name as last written, read only by the owner (a fast check without atomics).
+  private var localWanted = KernelName.none
+  /// The sequence number at the supervisor's previous look (supervisor thread only).
+  private var lastLook: UInt64 = .max
 
-  /// False when `LOOPDISPATCH_THREAD_NAMES=0`: workers then keep `ld.worker.N` (for
-  /// latency-bound work bouncing between differently labelled queues, where each label change
-  /// costs a `prctl`).
+  private struct Shown {
+    /// What the kernel shows (`.none`: the worker's own name).
+    var name = KernelName.none
+    /// Set as the thread leaves: its thread id may be reused by another thread.
+    var exited = false
+  }
+  /// Protected by: its lock.
+  private let renameLock = LockedValue(Shown())
+
+  private init(ownName: String) {
+    self.ownName = KernelName(ownName)
+    tid = cls_gettid()
+  }
+
+  /// False when `LOOPDISPATCH_THREAD_NAMES=0`: workers then keep `ld.worker.N`.
   static let enabled: Bool = {
     guard let raw = getenv("LOOPDISPATCH_THREAD_NAMES") else { return true }
     return String(cString: raw) != "0"
   }()
 
+  /// Every live worker's naming state, for the supervisor's looks.
+  private static let registry = LockedValue<[ThreadName]>([])
+  /// Whether the supervisor should look at the workers' names at its next tick. Set by a
+  /// worker whose wanted name changed (sequentially consistent, the Dekker pair of the
+  /// supervisor's sleep, see `PoolSupervisor.run`); cleared by the supervisor before a look.
+  private static let lookDue = Atomic<Bool>(false)
+  /// Renames written to the kernel (by workers parking and by the supervisor), for tests.
+  static let kernelRenames = Atomic<Int>(0)
+  /// Looks the supervisor has taken (`catchUp` calls), for tests.
+  static let looks = Atomic<Int>(0)
+
   /// Gives the calling worker thread its naming state. Called once, first thing, by a
   /// worker; `removeForWorker` undoes it before the thread exits.
   static func installForWorker(ownName: String) {
     guard enabled else { return }
+    let state = ThreadName(ownName: ownName)
+    registry.withLock { $0.append(state) }
     // Safe: retained here, released by `removeForWorker` on the same thread.
-    ThreadSlots.setNameState(Unmanaged.passRetained(ThreadName(ownName: ownName)).toOpaque())
+    ThreadSlots.setNameState(Unmanaged.passRetained(state).toOpaque())
   }
 
   /// Releases the calling worker's naming state.
   static func removeForWorker() {
     guard let raw = ThreadSlots.nameState() else { return }
     ThreadSlots.setNameState(nil)
-    Unmanaged<ThreadName>.fromOpaque(raw).release()
+    let state = Unmanaged<ThreadName>.fromOpaque(raw).takeRetainedValue()
+    state.renameLock.withLock { $0.exited = true }
+    registry.withLock { list in list.removeAll { $0 === state } }
   }
 
-  /// The calling thread's state, if it is a pool worker.
+  /// Records `name` as the calling worker's wanted name (no effect off the pool).
   @inline(__always)
-  private static var forCurrentThread: ThreadName? {
-    guard let raw = ThreadSlots.nameState() else { return nil }
-    // Safe: installed by this thread and released only by it (see `installForWorker`).
-    return Unmanaged<ThreadName>.fromOpaque(raw).takeUnretainedValue()
-  }
-
-  /// Shows `label` as the calling worker's name (no effect on other threads).
-  @inline(__always)
-  static func show(_ label: String) {
-    guard let raw = ThreadSlots.nameState() else { return }
-    // Safe: as in `showOwnName` (borrowed: no retain and release per item).
-    Unmanaged<ThreadName>.fromOpaque(raw)._withUnsafeGuaranteedRef { state in
-      guard state.shownLabel != label else { return }
-      state.shownLabel = label
-      // An empty label would leave the thread nameless: show the worker's own name instead.
-      setKernelName(label.isEmpty ? state.ownName : label)
-    }
-  }
-
-  /// Shows the calling worker's own name again (no effect if it already does).
-  @inline(__always)
-  static func showOwnName() {
+  private static func want(_ name: KernelName) {
     guard let raw = ThreadSlots.nameState() else { return }
     // Safe: installed by this thread and released only by it (see `installForWorker`);
-    // borrowed for the check, so the common case (already showing its own name) costs no
-    // retain and release.
+    // borrowed, so a hop costs no retain and release.
     Unmanaged<ThreadName>.fromOpaque(raw)._withUnsafeGuaranteedRef { state in
-      guard state.shownLabel != nil else { return }
-      state.shownLabel = nil
-      setKernelName(state.ownName)
+      guard state.localWanted != name else { return }
+      state.localWanted = name
+      // Seqlock write: odd sequence, the words, even sequence. The release fence orders the
+      // odd store before the words; the releasing store orders the words before the even one.
+      let odd = state.sequence.load(ordering: .relaxed) &+ 1
+      state.sequence.store(odd, ordering: .relaxed)
+      atomicMemoryFence(ordering: .releasing)
+      state.wantedLow.store(name.low, ordering: .relaxed)
+      state.wantedHigh.store(name.high, ordering: .relaxed)
+      // Sequentially consistent (a full barrier): the Dekker pair of the supervisor's clearing
+      // of `lookDue` before it reads the names. Either it reads this name, or this thread
+      // reads `lookDue` false below and asks for another look.
+      state.sequence.store(odd &+ 1, ordering: .sequentiallyConsistent)
+      requestLook()
     }
   }
 
-  /// After a nested drain (a child queue's items run inside its parent's drain), shows the
-  /// enclosing queue's label again: the parent goes on running its own items. After a
-  /// top-level drain (the enclosing frame is a global queue's) the label stays until the
-  /// worker runs a global queue's own item or parks (`PoolJob.run`, `Worker.park`): a
-  /// worker going from one drain of a queue to the next renames at most once.
+  /// Makes sure the supervisor looks at the names soon: one load when a look is already due.
   @inline(__always)
-  static func showEnclosingQueue() {
-    guard let frame = ThreadFrame.current, ThreadSlots.nameState() != nil else { return }
-    let queue = frame.pointee.queue
-    if case .root = queue.kind { return }
-    guard queue.namesThreads else { return }
-    show(queue.label)
+  private static func requestLook() {
+    if lookDue.load(ordering: .sequentiallyConsistent) { return }
+    lookDue.store(true, ordering: .sequentiallyConsistent)
+    WorkerPool.shared.supervisor.noteWorkWaiting()
   }
 
-  /// Sets the kernel's name: the first 15 bytes of `name`, cut at a character boundary
-  /// (the kernel keeps 15 bytes and a NUL).
-  private static func setKernelName(_ name: String) {
-    withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 17) { buffer in
-      var count = 0
-      for byte in name.utf8.prefix(16) {
-        buffer[count] = byte
-        count += 1
+  /// Whether a look is due (for the supervisor's decision to sleep without a timeout).
+  static var lookIsDue: Bool { lookDue.load(ordering: .sequentiallyConsistent) }
+
+  /// Wants `queue`'s label as the calling worker's name.
+  @inline(__always)
+  static func show(_ queue: Queue) {
+    guard ThreadSlots.nameState() != nil, queue.namesThreads else { return }
+    want(queue.kernelName)
+  }
+
+  /// Wants the calling worker's own name (for global-queue items).
+  @inline(__always)
+  static func showOwnName() { want(.none) }
+
+  /// After a nested drain (a child queue's items run inside its parent's drain), wants the
+  /// enclosing queue's label again: the parent goes on running its own items. After a
+  /// top-level drain (the enclosing frame is a global queue's), wants the worker's own name.
+  @inline(__always)
+  static func showEnclosingQueue() {
+    guard ThreadSlots.nameState() != nil else { return }
+    guard let frame = ThreadFrame.current else { return want(.none) }
+    let queue = frame.pointee.queue
+    if case .root = queue.kind { return want(.none) }
+    guard queue.namesThreads else { return }
+    want(queue.kernelName)
+  }
+
+  /// Called by a worker about to sleep: wants its own name and, if the supervisor showed a
+  /// label, shows its own name again (step 3). The lock orders this with a rename the
+  /// supervisor may be writing: whichever comes second sees the other's result.
+  static func showOwnNameBeforeParking() {
+    guard let raw = ThreadSlots.nameState() else { return }
+    want(.none)
+    // Safe: as in `want`.
+    Unmanaged<ThreadName>.fromOpaque(raw)._withUnsafeGuaranteedRef { state in
+      state.renameLock.withLock { shown in
+        guard shown.name != .none else { return }
+        shown.name = .none
+        state.ownName.withCString { _ = cls_set_thread_name($0) }
+        kernelRenames.wrappingAdd(1, ordering: .relaxed)
       }
-      if count == 16 {
-        // Longer than 15 bytes: cut at 15, backing off over a character split by the cut
-        // (a UTF-8 continuation byte at the cut belongs to a character started before it).
-        count = 15
-        while count > 0 && buffer[count] & 0xC0 == 0x80 { count -= 1 }
+    }
+  }
+
+  /// The supervisor's look (step 2), once per tick while `lookIsDue`. Supervisor thread only.
+  static func catchUp() {
+    looks.wrappingAdd(1, ordering: .relaxed)
+    lookDue.store(false, ordering: .sequentiallyConsistent)
+    let states = registry.withLock { $0 }
+    var outOfDate = false
+    for state in states where state.catchUp() { outOfDate = true }
+    if outOfDate { lookDue.store(true, ordering: .sequentiallyConsistent) }
+  }
+
+  /// Shows this worker's wanted name if it held since the previous look. Returns whether the
+  /// name shown still differs from the one wanted (another look is due).
+  private func catchUp() -> Bool {
+    guard let (wanted, stamp) = readWanted() else { return true }  // Being written: look again.
+    let held = stamp == lastLook
+    lastLook = stamp
+    return renameLock.withLock { shown -> Bool in
+      guard !shown.exited, shown.name != wanted else { return false }
+      guard held else { return true }
+      // Reads `wanted` under the lock again: a worker that parked meanwhile wants its own name
+      // and showed it itself; the check above would be stale.
+      guard let (again, _) = readWanted(), again == wanted else { return true }
+      if writeKernelName(wanted == .none ? ownName : wanted) { shown.name = wanted }
+      return false
+    }
+  }
+
+  /// A consistent read of the wanted name and its sequence number, or nil while the owner is
+  /// writing it (seqlock read: acquire the sequence, the words, an acquire fence, the sequence).
+  private func readWanted() -> (KernelName, UInt64)? {
+    let before = sequence.load(ordering: .acquiring)
+    guard before & 1 == 0 else { return nil }
+    let name = KernelName(low: wantedLow.load(ordering: .relaxed),
+                          high: wantedHigh.load(ordering: .relaxed))
+    atomicMemoryFence(ordering: .acquiring)
+    guard sequence.load(ordering: .relaxed) == before else { return nil }
+    return (name, before)
+  }
+
+  /// Writes `name` as this worker's kernel name through `/proc` (the worker may be running).
+  private func writeKernelName(_ name: KernelName) -> Bool {
+    let fd = open("/proc/self/task/\(tid)/comm", O_WRONLY | O_CLOEXEC)
+    if fd < 0 { return false }
+    defer { close(fd) }
+    let written = name.withCString { write(fd, $0, strlen($0)) }
+    if written > 0 { ThreadName.kernelRenames.wrappingAdd(1, ordering: .relaxed) }
+    return written > 0
+  }
+}
+
+/// A thread name as the kernel holds it: at most 15 bytes of UTF-8, cut at a character
+/// boundary, packed little-endian into two words (the bytes after the name are zero).
+/// `.none` (both words zero) stands for the worker's own name; an empty label is shown as the
+/// worker's own name too, so a thread is never nameless.
+struct KernelName: Equatable {
+  var low: UInt64
+  var high: UInt64
+
+  static let none = KernelName(low: 0, high: 0)
+
+  init(low: UInt64, high: UInt64) {
+    self.low = low
+    self.high = high
+  }
+
+  init(_ string: String) {
+    var bytes = Array(string.utf8.prefix(16))
+    if bytes.count == 16 {
+      // Longer than 15 bytes: cut at 15, backing off over a character split by the cut
+      // (a UTF-8 continuation byte at the cut belongs to a character started before it).
+      var count = 15
+      while count > 0 && bytes[count] & 0xC0 == 0x80 { count -= 1 }
+      bytes.removeSubrange(count...)
+    }
+    var low: UInt64 = 0
+    var high: UInt64 = 0
+    for (index, byte) in bytes.enumerated() {
+      if index < 8 {
+        low |= UInt64(byte) << (8 * UInt64(index))
+      } else {
+        high |= UInt64(byte) << (8 * UInt64(index - 8))
       }
-      buffer[count] = 0
-      // Safe: a NUL-terminated buffer alive for the call.
-      buffer.withMemoryRebound(to: CChar.self) { _ = cls_set_thread_name($0.baseAddress!) }
+    }
+    self.init(low: low, high: high)
+  }
+
+  /// Calls `body` with the name as a NUL-terminated C string.
+  func withCString<T>(_ body: (UnsafePointer<CChar>) -> T) -> T {
+    // The two words hold at most 15 bytes, so the 16th (the top byte of `high`) is zero and
+    // terminates the string.
+    withUnsafeBytes(of: (low.littleEndian, high.littleEndian)) { raw in
+      // Safe: 16 bytes alive for the call, NUL-terminated (see above).
+      body(raw.baseAddress!.assumingMemoryBound(to: CChar.self))
     }
   }
 }

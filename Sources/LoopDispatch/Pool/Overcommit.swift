@@ -201,7 +201,7 @@ extension WorkerPool {
       }
       if let taken { return taken }
       finished = nil
-      ThreadName.showOwnName()
+      ThreadName.showOwnNameBeforeParking()
       let timeout = UInt64(idleRetirement.saturatingNanoseconds)
       // Acquiring; pairs with the releasing store in `Worker.unpark`.
       while worker.parkWord.atomic.pointee.load(ordering: .acquiring) == 1 {

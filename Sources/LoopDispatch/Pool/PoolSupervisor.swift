@@ -15,7 +15,9 @@ import Synchronization
 ///    one more worker, up to the cap. A pool busy with CPU-bound work, or contending on its
 ///    own lock, is not grown.
 /// 3. When the lanes are empty it goes back to sleeping without a timeout, so an idle
-///    process has no periodic wake-ups from the pool.
+///    process has no periodic wake-ups from the pool. While a worker's wanted thread name
+///    differs from the one shown, it also looks at the names once per tick
+///    (`ThreadName.catchUp`); once every worker shows its wanted name, that stops too.
 /// 4. While overcommit jobs wait with no thread coming (`Overcommit.swift`, rule 5), it calls
 ///    one more overcommit worker at each tick, if the thread budget allows.
 /// 5. If the system refuses the new worker's thread, the pool carries on with the workers it
@@ -73,21 +75,33 @@ final class PoolSupervisor: @unchecked Sendable {
     var retryAt = Deadline(uptimeNanoseconds: 0)
     while true {
       if !pool.hasWaitingWork {
-        // Sleep until a submission finds every worker busy or fills a run-next slot.
-        // Sequentially consistent store then loads: pairs with the submitter's
-        // sequentially consistent publication of a job, then its load of `word` (Dekker): either
-        // we see its job, or it sees us asleep and wakes us.
-        word.atomic.pointee.store(1, ordering: .sequentiallyConsistent)
-        if !pool.hasWaitingWork {
-          while word.atomic.pointee.load(ordering: .acquiring) == 1 {
-            word.wait(whileEqualTo: 1)
+        if !ThreadName.lookIsDue {
+          // Sleep until a submission finds every worker busy or fills a run-next slot, or a
+          // worker wants a new thread name. Sequentially consistent store then loads: pairs
+          // with the submitter's (or worker's) sequentially consistent publication of a job
+          // (or of `lookDue`), then its load of `word` (Dekker): either we see its job or
+          // request, or it sees us asleep and wakes us.
+          word.atomic.pointee.store(1, ordering: .sequentiallyConsistent)
+          if !pool.hasWaitingWork && !ThreadName.lookIsDue {
+            while word.atomic.pointee.load(ordering: .acquiring) == 1 {
+              word.wait(whileEqualTo: 1)
+            }
+          } else {
+            word.atomic.pointee.store(0, ordering: .relaxed)
           }
-        } else {
-          word.atomic.pointee.store(0, ordering: .relaxed)
+          lastStarted = pool.jobsStarted
         }
-        lastStarted = pool.jobsStarted
+        if !pool.hasWaitingWork {
+          // Only names to look at: one look per tick until every worker shows what it wants
+          // (`ThreadName`, step 2).
+          word.wait(whileEqualTo: 0, timeoutNanoseconds: tickNanoseconds)
+          ThreadName.catchUp()
+          lastStarted = pool.jobsStarted
+          continue
+        }
       }
       word.wait(whileEqualTo: 0, timeoutNanoseconds: tickNanoseconds)
+      if ThreadName.lookIsDue { ThreadName.catchUp() }
       let started = pool.jobsStarted
       defer { lastStarted = started }
       // A slot whose owner has not come back for a tick goes to its lane; a stuck worker's

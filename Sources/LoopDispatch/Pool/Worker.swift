@@ -209,7 +209,7 @@ final class Worker: @unchecked Sendable {
     }
     // Only now, once it will really sleep: an idle worker does not show the last queue it
     // drained. (A waker may already be unparking it; the rename is harmless then.)
-    ThreadName.showOwnName()
+    ThreadName.showOwnNameBeforeParking()
     let timeout = isExtra ? UInt64(pool.idleRetirement.saturatingNanoseconds) : nil
     while parkWord.atomic.pointee.load(ordering: .acquiring) == 1 {
       parkWord.wait(whileEqualTo: 1, timeoutNanoseconds: timeout)

@@ -147,7 +147,7 @@ extension Queue {
   /// Runs one of this queue's started items on the calling thread, then records its end.
   func runConcurrentItem(_ work: QueueWork, enqueuedAt: UInt64) {
     let barrier = work.isBarrier
-    ThreadName.show(label)
+    ThreadName.show(self)
     recordStartShared(enqueuedAt: enqueuedAt)
     ThreadFrame.with(self, exclusive: barrier) { perform(work) }
     ThreadName.showEnclosingQueue()

@@ -100,7 +100,7 @@ extension Queue {
 
   /// Runs up to `drainBudget` items. The caller holds SCHEDULED (given by `wakeUp`).
   func drainSerial() {
-    if kind == .serial && namesThreads { ThreadName.show(label) }
+    if kind == .serial && namesThreads { ThreadName.show(self) }
     ThreadFrame.with(self, exclusive: true) {
       var ran = 0
       var yielded = false

@@ -132,6 +132,9 @@ public final class Queue: @unchecked Sendable {
   /// runtime's own queues (an I/O channel's), which would otherwise cost a rename (`prctl`)
   /// on every hop through them. Set right after creation, before the queue is shared.
   var namesThreads = true
+  /// The label as a thread name (`ThreadName`), computed once: a worker draining the queue
+  /// records it with two stores.
+  let kernelName: KernelName
 
   // MARK: Creation
 
@@ -149,6 +152,7 @@ public final class Queue: @unchecked Sendable {
     label: String, attributes: Attributes = [], width: Int? = nil, target: Queue? = nil
   ) {
     self.label = label
+    kernelName = KernelName(label)
     if attributes.contains(.concurrent) {
       kind = .concurrent
       if let width, width < 1 {
@@ -180,6 +184,7 @@ public final class Queue: @unchecked Sendable {
   /// A global (root) queue.
   private init(rootLabel: String, priority: Priority, overcommit: Bool) {
     label = rootLabel
+    kernelName = .none
     kind = .root(priority, overcommit: overcommit)
     sanitizerWidth = UInt16.max
     concurrentState = nil
@@ -193,6 +198,7 @@ public final class Queue: @unchecked Sendable {
   /// The main queue.
   private init(mainQueueLabel: String) {
     label = mainQueueLabel
+    kernelName = .none
     kind = .main
     concurrentState = nil
     firstTarget = nil
