@@ -16,8 +16,9 @@ let programStart = Deadline.now
 private let outputLock = LockedValue<Int>(0)
 
 /// Prints `text` with the time, the queue the calling thread is running work for
-/// (`Queue.current?.label`) and the thread's name, which for a worker draining a custom queue
-/// is that queue's label: `[+  1.234 ms] [store @ store] read a=1 (2 readers inside)`.
+/// (`Queue.current?.label`) and the thread's name (`ld.worker.N` for a pool worker; the
+/// queue's label once a worker has drained it for a tick or more):
+/// `[+  1.234 ms] [store @ ld.worker.1] read a=1 (2 readers inside)`.
 ///
 /// Thread-safety: any thread; each line is printed whole.
 func say(_ text: String) {
@@ -34,7 +35,7 @@ func say(_ text: String) {
 }
 
 /// The calling thread's name as the kernel knows it: `ld.worker.N` for a pool worker, or the
-/// label of the custom queue it is draining.
+/// label of the custom queue it has been draining for a tick or more.
 func currentThreadName() -> String {
   let fd = open("/proc/thread-self/comm", O_RDONLY)
   guard fd >= 0 else { return "thread" }
