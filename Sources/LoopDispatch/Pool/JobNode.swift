@@ -19,8 +19,9 @@ struct JobNode: ~Copyable {
   /// The job; nil while the node is free, an injection queue's dummy, or a queue item.
   var job: PoolJob?
   /// A serial queue's item (`Queue+Serial.swift`): nil unless the node is in a serial
-  /// queue's `incoming` or backlog, where `next` links the list (written by the owner
-  /// before the publishing compare-and-swap, relaxed).
+  /// queue's `incoming` or backlog, where `next` links the list (on `incoming`: written by
+  /// the producer right after the publishing exchange, releasing, `Queue.unlinked` until
+  /// then).
   var work: QueueWork?
   /// `Ticks` at submission, for the global queues' wait figures.
   var enqueuedAt: UInt64 = 0

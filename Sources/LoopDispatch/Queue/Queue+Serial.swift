@@ -1,3 +1,4 @@
+import Glibc
 import MainLoop
 import Synchronization
 
@@ -13,7 +14,8 @@ import Synchronization
 /// The queue may run an item only when SCHEDULED or SYNC_LOCKED is held, and never both.
 ///
 /// Submission/drain walk-through:
-/// 1. `async` pushes a node onto `incoming` (sequentially consistent CAS), then `wakeUp()`
+/// 1. `async` pushes a node onto `incoming` (a sequentially consistent exchange, then the
+///    link to the displaced node: see `serialEnqueue`), then `wakeUp()`
 ///    loads the state: if nothing holds the queue and it is neither suspended nor inactive,
 ///    a CAS sets SCHEDULED and the queue hands its drain to its target.
 /// 2. The drainer (holding SCHEDULED) moves `incoming` into `backlog` (reversing it into
@@ -51,16 +53,37 @@ extension Queue {
     node.pointee.work = work
     node.pointee.enqueuedAt = Ticks.now()
     countSubmission()
-    var expected = incoming.load(ordering: .relaxed)
-    while true {
-      // Relaxed: published by the compare-and-swap below.
-      node.pointee.next.store(UInt(bitPattern: expected), ordering: .relaxed)
-      let (exchanged, original) = incoming.compareExchange(
-        expected: expected, desired: node, ordering: .sequentiallyConsistent)
-      if exchanged { break }
-      expected = original
-    }
+    // One exchange, never a retry (several producers do not fail each other's CAS): the node
+    // becomes the newest, then links to the one it displaced. Between the two stores a
+    // drainer that took the list waits for the link (`linkedNext`). Relaxed: the sentinel is
+    // published by the exchange.
+    node.pointee.next.store(Queue.unlinked, ordering: .relaxed)
+    let older = incoming.exchange(node, ordering: .sequentiallyConsistent)
+    // Releasing: pairs with the acquiring load in `linkedNext`. The older node's fields were
+    // published to this thread by its producer's exchange, which this exchange read.
+    node.pointee.next.store(UInt(bitPattern: older), ordering: .releasing)
     wakeUp()
+  }
+
+  /// `next` of a node on `incoming` whose producer has not yet linked it to the older node
+  /// (between its exchange and its link store). Node addresses are aligned, never 1.
+  static let unlinked: UInt = 1
+
+  /// The older node a node taken from `incoming` links to, waiting out a producer that has
+  /// exchanged but not yet linked (two instructions apart; longer only if it was preempted
+  /// there, hence the yield).
+  @inline(__always)
+  private static func linkedNext(of node: JobNodePointer) -> JobNodePointer? {
+    // Acquiring: pairs with the producer's releasing link store.
+    var raw = node.pointee.next.load(ordering: .acquiring)
+    if raw != unlinked { return JobNodePointer(bitPattern: raw) }
+    var spins = 0
+    repeat {
+      spins += 1
+      if spins > 64 { sched_yield() }
+      raw = node.pointee.next.load(ordering: .acquiring)
+    } while raw == unlinked
+    return JobNodePointer(bitPattern: raw)
   }
 
   /// Schedules the queue on its target if it has work and nothing holds or blocks it.
@@ -147,8 +170,8 @@ extension Queue {
       var reversed: JobNodePointer? = nil
       backlogTail = node
       while true {
-        // Relaxed: the SCHEDULED holder owns these nodes (taken by the exchange above).
-        let next = JobNodePointer(bitPattern: node.pointee.next.load(ordering: .relaxed))
+        // The SCHEDULED holder owns these nodes (taken by the exchange above), once linked.
+        let next = Queue.linkedNext(of: node)
         node.pointee.next.store(UInt(bitPattern: reversed), ordering: .relaxed)
         reversed = node
         guard let following = next else { break }
@@ -175,7 +198,12 @@ extension Queue {
     ]
     for index in lists.indices {
       while let node = lists[index] {
-        lists[index] = JobNodePointer(bitPattern: node.pointee.next.load(ordering: .relaxed))
+        // No producer is left (each held the queue), so every link is written; the wait in
+        // `linkedNext` is only for form on the incoming list.
+        lists[index] =
+          index == 0
+          ? Queue.linkedNext(of: node)
+          : JobNodePointer(bitPattern: node.pointee.next.load(ordering: .relaxed))
         node.pointee.work = nil
         NodeCache.give(node)
       }
