@@ -6,8 +6,8 @@ import Testing
 
 /// ProcessSource: a child's exit reaches the handler once, with DISPATCH_PROC_EXIT, and the
 /// program's own waitpid still collects the status afterwards. (Main-queue targets:
-/// MainQueueSourceTests, scenario "source-main-process".) Serialized: the descriptor count
-/// checks count pidfds, which only this suite makes.
+/// MainQueueSourceTests, scenario "source-main-process".) Descriptor checks count the pidfds
+/// of each test's own child (from /proc/self/fdinfo), so other tests' descriptors do not count.
 @Suite(.serialized) struct SourceProcessTests {
   @Test func aChildsExitFiresOnceOnASerialQueueAndWaitpidStillGetsTheStatus() throws {
     let child = try WaitingChild(exitStatus: 7)
@@ -68,11 +68,10 @@ import Testing
   }
 
   @Test func cancelBeforeTheExitRunsTheCancelHandlerAndNoEventHandler() throws {
-    let before = countDescriptors(linkingTo: "anon_inode:[pidfd]")
     let child = try WaitingChild(exitStatus: 3)
     let queue = Queue(label: "proc-cancel")
     let source = try ProcessSource(pid: child.pid, queue: queue, label: "cancelled")
-    #expect(countDescriptors(linkingTo: "anon_inode:[pidfd]") == before + 1)
+    #expect(countPidfds(of: child.pid) == 1)
     let events = Counter()
     let cancelled = Latch()
     source.setEventHandler { events.increment() }
@@ -81,7 +80,7 @@ import Testing
     source.cancel()
     #expect(cancelled.wait())
     // The pidfd is closed once the watch is removed, before the cancel handler runs.
-    #expect(countDescriptors(linkingTo: "anon_inode:[pidfd]") == before)
+    #expect(countPidfds(of: child.pid) == 0)
     child.letExit()
     #expect(child.reap() == 3)
     queue.sync {}
@@ -89,15 +88,15 @@ import Testing
   }
 
   @Test func aSourceNeverActivatedClosesItsPidfdWhenReleased() throws {
-    let before = countDescriptors(linkingTo: "anon_inode:[pidfd]")
     let child = try WaitingChild(exitStatus: 0)
     let cancelled = Latch()
     do {
       let source = try ProcessSource(pid: child.pid, label: "dropped")
+      #expect(countPidfds(of: child.pid) == 1)
       source.setCancelHandler { cancelled.open() }
     }
     #expect(cancelled.wait())
-    #expect(countDescriptors(linkingTo: "anon_inode:[pidfd]") == before)
+    #expect(countPidfds(of: child.pid) == 0)
     child.letExit()
     #expect(child.reap() == 0)
   }
@@ -198,12 +197,36 @@ func spawn(_ arguments: [String], stdin: Int32? = nil) throws -> pid_t {
   return pid
 }
 
+/// How many of this process's descriptors are pidfds of process `pid` (the `Pid:` line of
+/// their /proc/self/fdinfo entry).
+func countPidfds(of pid: pid_t) -> Int {
+  descriptors(linkingTo: "anon_inode:[pidfd]").filter { fd in
+    readSmallFile("/proc/self/fdinfo/\(fd)").split(separator: "\n").contains {
+      $0.hasPrefix("Pid:") && $0.dropFirst(4).trimmingPrefix(while: \.isWhitespace) == "\(pid)"
+    }
+  }.count
+}
+
+private func readSmallFile(_ path: String) -> String {
+  let fd = open(path, O_RDONLY | O_CLOEXEC)
+  guard fd >= 0 else { return "" }
+  defer { close(fd) }
+  var buffer = [UInt8](repeating: 0, count: 4096)
+  let count = read(fd, &buffer, buffer.count)
+  return count > 0 ? String(decoding: buffer[0..<count], as: UTF8.self) : ""
+}
+
 /// How many of this process's descriptors are links to `target` (for example
 /// `anon_inode:[pidfd]`), read from /proc/self/fd.
 func countDescriptors(linkingTo target: String) -> Int {
-  guard let directory = opendir("/proc/self/fd") else { return -1 }
+  descriptors(linkingTo: target).count
+}
+
+/// This process's descriptors that are links to `target`.
+func descriptors(linkingTo target: String) -> [Int32] {
+  guard let directory = opendir("/proc/self/fd") else { return [] }
   defer { closedir(directory) }
-  var count = 0
+  var found: [Int32] = []
   while let entry = readdir(directory) {
     let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
       String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
@@ -213,7 +236,7 @@ func countDescriptors(linkingTo target: String) -> Int {
     let length = readlink("/proc/self/fd/" + name, &buffer, buffer.count - 1)
     guard length > 0 else { continue }
     let link = String(decoding: buffer[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-    if link == target { count += 1 }
+    if link == target, let fd = Int32(name) { found.append(fd) }
   }
-  return count
+  return found
 }
