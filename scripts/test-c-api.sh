@@ -63,3 +63,7 @@ expect_bug wait-block-run-twice \
 expect_bug release-suspended 'queue "c.suspended" was released while suspended or inactive'
 expect_bug not-data 'dispatch_data_get_size called with an object that is not a dispatch_data_t'
 expect_bug data-null-buffer 'dispatch_data_create called with a NULL buffer of 8 bytes'
+expect_bug proc-fork \
+  'process source "dispatch-proc" asks for DISPATCH_PROC_FORK (.fork), which Linux cannot report'
+expect_bug pressure-unknown-bits \
+  'memory pressure source "dispatch-memorypressure" given unknown level bits 0x10'

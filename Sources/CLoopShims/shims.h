@@ -139,6 +139,7 @@ static const uint32_t cls_epollerr = EPOLLERR;
 static const uint32_t cls_epollhup = EPOLLHUP;
 static const uint32_t cls_epollrdhup = EPOLLRDHUP;
 static const uint32_t cls_epolloneshot = EPOLLONESHOT;
+static const uint32_t cls_epollpri = EPOLLPRI;
 static const int cls_epoll_ctl_add = EPOLL_CTL_ADD;
 static const int cls_epoll_ctl_mod = EPOLL_CTL_MOD;
 static const int cls_epoll_ctl_del = EPOLL_CTL_DEL;
@@ -171,6 +172,23 @@ static inline int cls_timerfd_set_periodic(int fd, uint64_t ns) {
 /// Creates a blocking CLOCK_MONOTONIC timerfd (for a thread that sleeps in read on it).
 static inline int cls_timerfd_create_blocking(void) {
   return timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
+}
+
+#ifndef SYS_pidfd_open
+#if defined(__x86_64__) || defined(__aarch64__)
+#define SYS_pidfd_open 434  // The same number on every architecture since Linux 5.3.
+#endif
+#endif
+/// pidfd_open(2) (Linux 5.3+) through syscall, for C libraries without a wrapper: a descriptor
+/// that becomes readable when process `pid` exits (it does not reap). Returns the descriptor,
+/// or -1 with errno set (ESRCH: no such process; ENOSYS: the kernel lacks the call).
+static inline int cls_pidfd_open(pid_t pid) {
+#ifdef SYS_pidfd_open
+  return (int)syscall(SYS_pidfd_open, pid, 0);
+#else
+  errno = ENOSYS;
+  return -1;
+#endif
 }
 
 #endif

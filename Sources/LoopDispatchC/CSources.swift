@@ -21,6 +21,8 @@ final class CSource: CObjectBase, @unchecked Sendable {
     case dataAdd = 5
     case dataOr = 6
     case dataReplace = 7
+    case proc = 8
+    case memoryPressure = 9
 
     /// Whether libdispatch accepts `handle` and `mask` for this type (it returns NULL
     /// otherwise): data sources take neither, fd and signal sources no mask, a timer a mask
@@ -32,6 +34,10 @@ final class CSource: CObjectBase, @unchecked Sendable {
       case .read, .write: return mask == 0
       case .timer: return mask & ~UInt(0x3) == 0
       case .signal: return mask == 0 && handle >= 1 && handle < 65
+      // The masks of these two are checked by the Swift sources, which trap on bits Linux
+      // cannot report (a client bug rather than NULL: see CAPI.md).
+      case .proc: return handle >= 1 && handle <= UInt(Int32.max)
+      case .memoryPressure: return handle == 0
       }
     }
   }
@@ -102,6 +108,12 @@ public func cLoopdispatchSourceCreate(
     case .dataAdd: source = DataSource(merge: .add, queue: target)
     case .dataOr: source = DataSource(merge: .or, queue: target)
     case .dataReplace: source = DataSource(merge: .replace, queue: target)
+    case .proc:
+      source = try ProcessSource(
+        pid: Int32(handle), events: .init(rawValue: mask), queue: target, label: "dispatch-proc")
+    case .memoryPressure:
+      source = try MemoryPressureSource(
+        levels: .init(rawValue: mask), queue: target, label: "dispatch-memorypressure")
     }
   } catch {
     return nil  // libdispatch returns NULL for a source it cannot make.

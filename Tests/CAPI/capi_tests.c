@@ -19,10 +19,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <spawn.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 extern void _Block_release(const void *block);  // BlocksRuntime (Block.h's Block_release).
+extern char **environ;
 
 // Linux has no <sys/qos.h>: a program that wants the QoS class names defines them itself, as
 // here; the header must leave the names free (as libdispatch's Linux header does).
@@ -716,6 +719,112 @@ static void test_signal_source(void) {
   dispatch_release(queue);
 }
 
+// A child that exits with status 5 once the returned descriptor (its stdin's other end) is
+// closed; -1 on failure.
+static pid_t spawn_waiting_child(int *stdin_write_end) {
+  int fds[2];
+  if (pipe(fds) != 0) return -1;
+  fcntl(fds[0], F_SETFD, FD_CLOEXEC);
+  fcntl(fds[1], F_SETFD, FD_CLOEXEC);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[0], 0);
+  char *argv[] = {"/bin/sh", "-c", "read line; exit 5", NULL};
+  pid_t pid = -1;
+  int code = posix_spawn(&pid, "/bin/sh", &actions, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(fds[0]);
+  if (code != 0) {
+    close(fds[1]);
+    return -1;
+  }
+  *stdin_write_end = fds[1];
+  return pid;
+}
+
+static void test_proc_source(void) {
+  int stdin_write_end = -1;
+  pid_t pid = spawn_waiting_child(&stdin_write_end);
+  CHECK(pid > 0, "spawned a child");
+  dispatch_queue_t queue = dispatch_queue_create("c.proc", DISPATCH_QUEUE_SERIAL);
+  dispatch_source_t source =
+      dispatch_source_create(DISPATCH_SOURCE_TYPE_PROC, (uintptr_t)pid, DISPATCH_PROC_EXIT, queue);
+  CHECK(source != NULL, "proc source");
+  CHECK(dispatch_source_get_handle(source) == (uintptr_t)pid, "handle is the pid");
+  CHECK(dispatch_source_get_mask(source) == DISPATCH_PROC_EXIT, "mask");
+  dispatch_semaphore_t exited = dispatch_semaphore_create(0);
+  dispatch_semaphore_t cancelled = dispatch_semaphore_create(0);
+  __block uintptr_t data = 0;
+  __block int runs = 0;
+  dispatch_source_set_event_handler(source, ^{
+    data = dispatch_source_get_data(source);
+    runs++;
+    dispatch_semaphore_signal(exited);
+  });
+  dispatch_source_set_cancel_handler(source, ^{ dispatch_semaphore_signal(cancelled); });
+  dispatch_activate(source);
+  close(stdin_write_end);  // The child exits now.
+  CHECK(dispatch_semaphore_wait(exited, in_seconds(30)) == 0, "exit delivered");
+  int status = -1;
+  CHECK(waitpid(pid, &status, 0) == pid, "waitpid still collects the child");
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 5, "the child's status (%d)", status);
+  dispatch_source_cancel(source);
+  CHECK(dispatch_semaphore_wait(cancelled, in_seconds(30)) == 0, "proc cancel handler");
+  dispatch_sync(queue, ^{});
+  CHECK(data == DISPATCH_PROC_EXIT, "data is DISPATCH_PROC_EXIT (%lx)", (unsigned long)data);
+  CHECK(runs == 1, "fired once (%d)", runs);
+  dispatch_release(source);
+
+  // A reaped child's pid names no process: NULL, as for a pid that never existed.
+  CHECK(dispatch_source_create(DISPATCH_SOURCE_TYPE_PROC, (uintptr_t)pid, DISPATCH_PROC_EXIT,
+                               queue) == NULL,
+        "NULL for a reaped pid");
+  CHECK(dispatch_source_create(DISPATCH_SOURCE_TYPE_PROC, 0, DISPATCH_PROC_EXIT, queue) == NULL,
+        "NULL for pid 0");
+  CHECK(dispatch_source_create(DISPATCH_SOURCE_TYPE_PROC, (uintptr_t)INT_MAX, DISPATCH_PROC_EXIT,
+                               queue) == NULL,
+        "NULL for a pid above pid_max");
+  dispatch_release(exited);
+  dispatch_release(cancelled);
+  dispatch_release(queue);
+}
+
+static void test_memorypressure_source(void) {
+  dispatch_queue_t queue = dispatch_queue_create("c.pressure", DISPATCH_QUEUE_SERIAL);
+  CHECK(dispatch_source_create(DISPATCH_SOURCE_TYPE_MEMORYPRESSURE, 1,
+                               DISPATCH_MEMORYPRESSURE_WARN, queue) == NULL,
+        "NULL for a handle");
+  dispatch_source_t source = dispatch_source_create(
+      DISPATCH_SOURCE_TYPE_MEMORYPRESSURE, 0,
+      DISPATCH_MEMORYPRESSURE_NORMAL | DISPATCH_MEMORYPRESSURE_WARN |
+          DISPATCH_MEMORYPRESSURE_CRITICAL,
+      queue);
+  if (access("/proc/pressure/memory", F_OK) != 0) {
+    CHECK(source == NULL, "NULL without pressure stall information");
+    dispatch_release(queue);
+    return;
+  }
+  CHECK(source != NULL, "memory pressure source");
+  CHECK(dispatch_source_get_mask(source) == 0x7, "mask");
+  dispatch_semaphore_t registered = dispatch_semaphore_create(0);
+  dispatch_semaphore_t cancelled = dispatch_semaphore_create(0);
+  dispatch_source_set_event_handler(source, ^{
+    uintptr_t levels = dispatch_source_get_data(source);
+    CHECK(levels != 0 && (levels & ~(uintptr_t)0x7) == 0, "levels in the mask (%lx)",
+          (unsigned long)levels);
+  });
+  dispatch_source_set_registration_handler(source, ^{ dispatch_semaphore_signal(registered); });
+  dispatch_source_set_cancel_handler(source, ^{ dispatch_semaphore_signal(cancelled); });
+  dispatch_activate(source);
+  CHECK(dispatch_semaphore_wait(registered, in_seconds(30)) == 0, "pressure registration");
+  dispatch_source_cancel(source);
+  CHECK(dispatch_semaphore_wait(cancelled, in_seconds(30)) == 0, "pressure cancel handler");
+  dispatch_release(source);
+  dispatch_release(registered);
+  dispatch_release(cancelled);
+  dispatch_release(queue);
+}
+
 // ---- data ------------------------------------------------------------------------------------
 
 // dispatch_data_t lifetimes, run under AddressSanitizer and LeakSanitizer by `make test-c`: a
@@ -889,6 +998,11 @@ static int misuse(const char *name) {
   } else if (strcmp(name, "data-null-buffer") == 0) {
     dispatch_data_t data = dispatch_data_create(NULL, 8, NULL, DISPATCH_DATA_DESTRUCTOR_DEFAULT);
     dispatch_release(data);
+  } else if (strcmp(name, "proc-fork") == 0) {
+    (void)dispatch_source_create(DISPATCH_SOURCE_TYPE_PROC, (uintptr_t)getpid(),
+                                 DISPATCH_PROC_EXIT | DISPATCH_PROC_FORK, NULL);
+  } else if (strcmp(name, "pressure-unknown-bits") == 0) {
+    (void)dispatch_source_create(DISPATCH_SOURCE_TYPE_MEMORYPRESSURE, 0, 0x10, NULL);
   } else {
     fprintf(stderr, "unknown misuse case %s\n", name);
     return 2;
@@ -966,6 +1080,8 @@ int main(int argc, char **argv) {
   test_timer_source();
   test_data_sources();
   test_signal_source();
+  test_proc_source();
+  test_memorypressure_source();
   test_sanitizer_layout();
   test_data();
   test_io();

@@ -25,6 +25,12 @@ import Testing
     expectScenario("source-main-data-and-timers")
   }
 
+  /// A process source on the main queue: the exit runs the handler on the main thread, once,
+  /// and waitpid still gets the status.
+  @Test func aMainQueueProcessSourceRunsOnTheMainThread() {
+    expectScenario("source-main-process")
+  }
+
   @Test func aMainQueueSignalSourceRunsOnTheMainThread() {
     expectScenario("source-main-signal")
   }

@@ -44,6 +44,8 @@ final class IODriver: @unchecked Sendable {
   struct Tables {
     var byDescriptor: [Int32: IOEntry] = [:]
     var byToken: [UInt64: IOEntry] = [:]
+    /// Descriptors sources own outright (`IODriver+Owned.swift`).
+    var owned: [UInt64: OwnedRegistration] = [:]
     var nextToken: UInt64 = 1
   }
   /// Protected by: its lock. Also serialises every `epoll_ctl` on an entry and the entries'
@@ -231,15 +233,24 @@ final class IODriver: @unchecked Sendable {
   /// for the same reason as the batch rule above.
   private func dispatch(events: UInt32, token: UInt64, last: Bool) -> Bool {
     // One-shot: the kernel disabled the whole registration (`IOEntry.swift`, rule 2).
-    let (entry, fired) = lock.withLock { tables -> (IOEntry?, IOEntry.Fired) in
-      guard let entry = tables.byToken[token] else { return (nil, IOEntry.Fired()) }
+    let (entry, fired, owned) = lock.withLock {
+      tables -> (IOEntry?, IOEntry.Fired, OwnedRegistration?) in
+      guard let entry = tables.byToken[token] else {
+        return (nil, IOEntry.Fired(), takeOwnedReport(&tables, token: token))
+      }
       let fired = entry.fire(events)
       if entry.armed != 0 {
         _ = cls_epoll_control(epfd, cls_epoll_ctl_mod, entry.fd, entry.wanted, entry.token)
       }
-      return (entry, fired)
+      return (entry, fired, nil)
     }
     currentThreadHoldsRole = true
+    if let owned {
+      DriverThreadMark.inlinePermitted = last
+      owned.watcher.ownedDescriptorFired(owned, events: events)
+      DriverThreadMark.inlinePermitted = false
+      return currentThreadHoldsRole
+    }
     guard let entry else { return true }
     var unhanded = fired.readers.count + fired.writers.count
     func hand(_ cores: [FileDescriptorCore], _ interest: FDInterest) {

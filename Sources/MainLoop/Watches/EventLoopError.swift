@@ -12,6 +12,13 @@ public enum EventLoopError: Error, Sendable, Equatable, CustomStringConvertible 
   case signalsOwnedByAnotherLoop(owner: String)
   /// libevent or the kernel refused the registration; `errno` is attached.
   case registrationFailed(errno: Int32)
+  /// No process has this id (it never existed, or has exited and been reaped), or the id is
+  /// not positive.
+  case noSuchProcess(Int32)
+  /// The system lacks what the request needs; `reason` names the missing call or file (for
+  /// example `pidfd_open` on a kernel older than Linux 5.3, or `/proc/pressure/memory`
+  /// where the kernel has no pressure stall information).
+  case unsupported(feature: String, reason: String)
 
   /// A one-line explanation naming the descriptor, signal or errno involved.
   public var description: String {
@@ -29,6 +36,10 @@ public enum EventLoopError: Error, Sendable, Equatable, CustomStringConvertible 
         "signals are already watched by event loop \"\(owner)\"; only one loop may watch signals"
     case .registrationFailed(let code):
       return "event registration failed (errno \(code))"
+    case .noSuchProcess(let pid):
+      return "no process with id \(pid) (it does not exist, or has exited and been reaped)"
+    case .unsupported(let feature, let reason):
+      return "\(feature) is not supported on this system: \(reason)"
     }
   }
 }

@@ -337,6 +337,32 @@ DISPATCH_EXPORT const struct dispatch_source_type_s _dispatch_source_type_data_r
 #define DISPATCH_SOURCE_TYPE_DATA_REPLACE (&_dispatch_source_type_data_replace)
 #define DISPATCH_TIMER_STRICT 0x1
 
+/* The exit of a process (handle: its pid_t; mask: DISPATCH_PROC_EXIT), watched through a
+ * pidfd (Linux 5.3+): fires once, with data DISPATCH_PROC_EXIT, and does not reap (waitpid
+ * still returns the child's status). NULL if no such process exists (or it was reaped) or the
+ * kernel lacks pidfd_open. Linux cannot report FORK, EXEC or SIGNAL: a mask with any of them,
+ * with unknown bits, or without EXIT is a client bug (libdispatch on Linux has no PROC type). */
+DISPATCH_EXPORT const struct dispatch_source_type_s _dispatch_source_type_proc;
+#define DISPATCH_SOURCE_TYPE_PROC (&_dispatch_source_type_proc)
+#define DISPATCH_PROC_EXIT 0x80000000
+#define DISPATCH_PROC_FORK 0x40000000
+#define DISPATCH_PROC_EXEC 0x20000000
+#define DISPATCH_PROC_SIGNAL 0x08000000
+typedef unsigned long dispatch_source_proc_flags_t;
+
+/* Memory pressure from Linux PSI triggers (handle 0; mask: the levels to report; data: the
+ * levels seen since the last handler run). WARN: some task stalled on memory 300 ms of a 2 s
+ * window; CRITICAL: all non-idle tasks stalled 200 ms of a 2 s window; NORMAL: 4 s with no
+ * WARN/CRITICAL report after one. NULL where the kernel has no pressure stall information (no
+ * /proc/pressure/memory) or refuses the trigger. Unknown bits or an empty mask are a client
+ * bug (libdispatch on Linux has no MEMORYPRESSURE type). */
+DISPATCH_EXPORT const struct dispatch_source_type_s _dispatch_source_type_memorypressure;
+#define DISPATCH_SOURCE_TYPE_MEMORYPRESSURE (&_dispatch_source_type_memorypressure)
+#define DISPATCH_MEMORYPRESSURE_NORMAL 0x01
+#define DISPATCH_MEMORYPRESSURE_WARN 0x02
+#define DISPATCH_MEMORYPRESSURE_CRITICAL 0x04
+typedef unsigned long dispatch_source_memorypressure_flags_t;
+
 /* Returns NULL when the source cannot be made (a bad descriptor or signal number, or a handle
  * or mask the type does not take, as libdispatch refuses them). A new source is inactive:
  * dispatch_activate or dispatch_resume starts it. Every handler, the cancel handler included,
