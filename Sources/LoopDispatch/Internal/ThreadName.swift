@@ -202,8 +202,9 @@ final class ThreadName: @unchecked Sendable {
   private func readWanted() -> (KernelName, UInt64)? {
     let before = sequence.load(ordering: .acquiring)
     guard before & 1 == 0 else { return nil }
-    let name = KernelName(low: wantedLow.load(ordering: .relaxed),
-                          high: wantedHigh.load(ordering: .relaxed))
+    let name = KernelName(
+      low: wantedLow.load(ordering: .relaxed),
+      high: wantedHigh.load(ordering: .relaxed))
     atomicMemoryFence(ordering: .acquiring)
     guard sequence.load(ordering: .relaxed) == before else { return nil }
     return (name, before)
