@@ -35,6 +35,50 @@ import Testing
     #expect(total.value == producers * perProducer)
   }
 
+  #if DEBUG
+    /// A producer parked between the exchange that publishes its node and the store that
+    /// links it to the older nodes (a debug hook): the drainer that takes the list must wait
+    /// there for the link, then run every item, in order. (Preemption in that window is
+    /// rare; a lost link would drop every older item.)
+    @Test func aDrainerWaitsForAProducerBetweenItsExchangeAndItsLink() {
+      let queue = Queue(label: "link-window")
+      // Only touched on `queue`, which runs one item at a time.
+      let order = Shared([Int]())
+      queue.suspend()
+      for item in 0..<3 { queue.async { order.value.append(item) } }
+      let producer = Atomic<UInt>(0)
+      let claimed = Atomic<Bool>(false)
+      let parked = Latch()
+      let release = Latch()
+      SerialLinkHooks.setPause {
+        guard pthread_self() == producer.load(ordering: .acquiring),
+          claimed.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged
+        else { return }
+        parked.open()
+        _ = release.wait()
+      }
+      defer { SerialLinkHooks.setPause(nil) }
+      let thread = startThread {
+        producer.store(pthread_self(), ordering: .releasing)
+        queue.async { order.value.append(3) }
+      }
+      #expect(parked.wait())
+      for item in 4..<7 { queue.async { order.value.append(item) } }
+      let waitsBefore = SerialLinkHooks.linkWaits.load(ordering: .relaxed)
+      queue.resume()
+      let deadline = Deadline.now + .seconds(10)
+      while SerialLinkHooks.linkWaits.load(ordering: .relaxed) == waitsBefore
+        && Deadline.now < deadline
+      {
+        sched_yield()
+      }
+      #expect(SerialLinkHooks.linkWaits.load(ordering: .relaxed) > waitsBefore)
+      release.open()
+      pthread_join(thread, nil)
+      #expect(queue.sync { order.value } == Array(0..<7))
+    }
+  #endif
+
   @Test func neverRunsTwoItemsAtOnce() {
     let queue = Queue(label: "exclusive")
     let inside = Atomic<Int>(0)

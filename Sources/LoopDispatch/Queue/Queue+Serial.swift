@@ -59,6 +59,9 @@ extension Queue {
     // published by the exchange.
     node.pointee.next.store(Queue.unlinked, ordering: .relaxed)
     let older = incoming.exchange(node, ordering: .sequentiallyConsistent)
+    #if DEBUG
+      SerialLinkHooks.betweenExchangeAndLink()
+    #endif
     // Releasing: pairs with the acquiring load in `linkedNext`. The older node's fields were
     // published to this thread by its producer's exchange, which this exchange read.
     node.pointee.next.store(UInt(bitPattern: older), ordering: .releasing)
@@ -77,6 +80,9 @@ extension Queue {
     // Acquiring: pairs with the producer's releasing link store.
     var raw = node.pointee.next.load(ordering: .acquiring)
     if raw != unlinked { return JobNodePointer(bitPattern: raw) }
+    #if DEBUG
+      SerialLinkHooks.linkWaits.wrappingAdd(1, ordering: .relaxed)
+    #endif
     var spins = 0
     repeat {
       spins += 1
@@ -423,3 +429,29 @@ extension Queue {
     if previous & SerialState.inactive != 0 && serialHasPendingItems { wakeUp() }
   }
 }
+
+#if DEBUG
+  /// Test hooks of the exchange-based push (debug builds only): a test parks a producer
+  /// between its exchange and its link store, and sees a drainer wait there.
+  package enum SerialLinkHooks {
+    /// Whether `pause` is set (checked first, so an unarmed push takes no lock).
+    private static let armed = Atomic<Bool>(false)
+    /// Protected by: its lock. Called by every producer between its exchange and its link
+    /// store while armed.
+    private static let pause = LockedValue<(@Sendable () -> Void)?>(nil)
+    /// Drainers that found a node not yet linked.
+    package static let linkWaits = Atomic<Int>(0)
+
+    /// Installs (or, with nil, removes) the hook producers call in the window.
+    package static func setPause(_ hook: (@Sendable () -> Void)?) {
+      pause.withLock { $0 = hook }
+      armed.store(hook != nil, ordering: .sequentiallyConsistent)
+    }
+
+    @inline(__always)
+    static func betweenExchangeAndLink() {
+      guard armed.load(ordering: .relaxed), let hook = pause.withLock({ $0 }) else { return }
+      hook()
+    }
+  }
+#endif
