@@ -1,3 +1,5 @@
+import Glibc
+
 /// Why an ``EventLoop`` refused a registration.
 public enum EventLoopError: Error, Sendable, Equatable, CustomStringConvertible {
   /// The file descriptor is negative.
@@ -12,6 +14,10 @@ public enum EventLoopError: Error, Sendable, Equatable, CustomStringConvertible 
   case signalsOwnedByAnotherLoop(owner: String)
   /// libevent or the kernel refused the registration; `errno` is attached.
   case registrationFailed(errno: Int32)
+  /// inotify refused to watch the file descriptor `fd` names (a `FileSource` in
+  /// LoopDispatch): `call` is the refused call (`inotify_init1` or `inotify_add_watch`) and
+  /// `errno` its error. The description names the limit reached, if any.
+  case fileWatchFailed(Int32, call: String, errno: Int32)
 
   /// A one-line explanation naming the descriptor, signal or errno involved.
   public var description: String {
@@ -29,6 +35,31 @@ public enum EventLoopError: Error, Sendable, Equatable, CustomStringConvertible 
         "signals are already watched by event loop \"\(owner)\"; only one loop may watch signals"
     case .registrationFailed(let code):
       return "event registration failed (errno \(code))"
+    case .fileWatchFailed(let fd, let call, let code):
+      return "cannot watch the file of descriptor \(fd): \(call) failed: "
+        + Self.fileWatchReason(call: call, errno: code)
+    }
+  }
+
+  /// Why inotify refused, naming the limit behind the error.
+  private static func fileWatchReason(call: String, errno code: Int32) -> String {
+    switch code {
+    case ENOSPC:
+      return "the per-user limit of inotify watches is reached "
+        + "(/proc/sys/fs/inotify/max_user_watches) (errno \(code))"
+    case EMFILE where call == "inotify_init1":
+      return "the per-user limit of inotify instances is reached "
+        + "(/proc/sys/fs/inotify/max_user_instances), or the process has no descriptor left "
+        + "(RLIMIT_NOFILE) (errno \(code))"
+    case EMFILE, ENFILE:
+      return "no file descriptor left (the process's RLIMIT_NOFILE or the system's "
+        + "/proc/sys/fs/file-max) (errno \(code))"
+    case ENOMEM:
+      return "the kernel is out of memory (errno \(code))"
+    case EACCES:
+      return "read access to the file is not permitted (errno \(code))"
+    default:
+      return "errno \(code)"
     }
   }
 }

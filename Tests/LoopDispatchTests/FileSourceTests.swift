@@ -1,0 +1,316 @@
+import Glibc
+import LoopDispatch
+import MainLoop
+import TestSupport
+import Testing
+
+/// FileSource (inotify): each event kind, renames followed, several sources on one file,
+/// filtering, cancel (the kernel watch removed, checked in /proc/self/fdinfo), errors and
+/// misuse. The main-queue target runs in LoopDispatchTestHost (MainQueueSourceTests).
+/// Every wait is on a semaphore with a generous timeout; none sleeps.
+@Suite struct FileSourceTests {
+  @Test func aWriteThatGrowsTheFileReportsWriteAndExtendAndAnOverwriteOnlyWrite() throws {
+    let file = try TemporaryFile()
+    let watcher = try Watcher(file, events: [.write, .extend])
+    try file.append("hello")
+    #expect(watcher.waitFor([.write, .extend]), "\(watcher.deliveries)")
+    let before = watcher.deliveries.count
+    #expect(pwrite(file.fd, "J", 1, 0) == 1)  // Same size: a write, no extension.
+    #expect(watcher.waitFor(.write, after: before), "\(watcher.deliveries)")
+    #expect(watcher.deliveries[before...].allSatisfy { $0 == .write }, "\(watcher.deliveries)")
+    watcher.cancelAndWait()
+  }
+
+  @Test func chmodReportsAttrib() throws {
+    let file = try TemporaryFile()
+    let watcher = try Watcher(file, events: [.attrib])
+    #expect(fchmod(file.fd, 0o600) == 0)
+    #expect(watcher.waitFor(.attrib), "\(watcher.deliveries)")
+    #expect(watcher.union == .attrib)
+    watcher.cancelAndWait()
+  }
+
+  @Test func aHardLinkMadeAndRemovedReportsLink() throws {
+    let file = try TemporaryFile()
+    let watcher = try Watcher(file, events: [.link])
+    let second = file.directory + "/second-name"
+    #expect(link(file.path, second) == 0)
+    #expect(watcher.waitFor(.link), "\(watcher.deliveries)")
+    let before = watcher.deliveries.count
+    #expect(unlink(second) == 0)
+    #expect(watcher.waitFor(.link, after: before), "\(watcher.deliveries)")
+    #expect(watcher.union == .link, "only LINK was asked for: \(watcher.deliveries)")
+    watcher.cancelAndWait()
+  }
+
+  @Test func aRenameIsReportedAndTheSourceFollowsTheFile() throws {
+    let file = try TemporaryFile()
+    let watcher = try Watcher(file, events: [.rename, .write])
+    let moved = file.directory + "/moved"
+    #expect(rename(file.path, moved) == 0)
+    #expect(watcher.waitFor(.rename), "\(watcher.deliveries)")
+    let before = watcher.deliveries.count
+    try file.append("after the rename")
+    #expect(watcher.waitFor(.write, after: before), "\(watcher.deliveries)")
+    watcher.cancelAndWait()
+    unlink(moved)
+  }
+
+  @Test func unlinkingAnOpenFileReportsDeleteAtOnce() throws {
+    let file = try TemporaryFile()
+    let watcher = try Watcher(file, events: [.delete])
+    #expect(unlink(file.path) == 0)  // The descriptor stays open: no IN_DELETE_SELF yet.
+    #expect(watcher.waitFor(.delete), "\(watcher.deliveries)")
+    #expect(watcher.union == .delete)
+    watcher.cancelAndWait()
+  }
+
+  @Test func anExcludedEventDoesNotFire() throws {
+    let file = try TemporaryFile()
+    let watcher = try Watcher(file, events: [.write])
+    #expect(fchmod(file.fd, 0o600) == 0)  // ATTRIB, not asked for.
+    try file.append("x")  // WRITE, asked for; read by the hub after the chmod.
+    #expect(watcher.waitFor(.write), "\(watcher.deliveries)")
+    // Every event before the write has been handled by now: only WRITE may have come.
+    #expect(watcher.union == .write, "\(watcher.deliveries)")
+    watcher.cancelAndWait()
+  }
+
+  @Test func twoSourcesOnOneFileShareAWatchAndOneSurvivesTheOthersCancel() throws {
+    let file = try TemporaryFile()
+    let first = try Watcher(file, events: [.write])
+    let second = try Watcher(file, events: [.write, .attrib])
+    #expect(inotifyWatchCount(inode: file.inode) == 1, "one kernel watch for both")
+    try file.append("a")
+    #expect(first.waitFor(.write), "\(first.deliveries)")
+    #expect(second.waitFor(.write), "\(second.deliveries)")
+    first.cancelAndWait()
+    let firstCount = first.deliveries.count
+    #expect(inotifyWatchCount(inode: file.inode) == 1, "the second source still watches")
+    let before = second.deliveries.count
+    try file.append("b")
+    #expect(fchmod(file.fd, 0o640) == 0)
+    #expect(second.waitFor([.write, .attrib], after: before), "\(second.deliveries)")
+    #expect(first.deliveries.count == firstCount, "the cancelled source fired")
+    second.cancelAndWait()
+    #expect(inotifyWatchCount(inode: file.inode) == 0, "the kernel watch was not removed")
+  }
+
+  @Test func cancelRunsTheCancelHandlerOnceStopsEventsAndRemovesTheWatch() throws {
+    let file = try TemporaryFile()
+    let watcher = try Watcher(file, events: .all)
+    let witness = try Watcher(file, events: [.write])
+    try file.append("1")
+    #expect(watcher.waitFor(.write), "\(watcher.deliveries)")
+    watcher.cancelAndWait()
+    let seen = watcher.deliveries.count
+    let before = witness.deliveries.count
+    try file.append("2")
+    // The witness shares the watch: once it has the write, the hub has read it.
+    #expect(witness.waitFor(.write, after: before), "\(witness.deliveries)")
+    witness.cancelAndWait()
+    #expect(watcher.deliveries.count == seen, "an event after cancel: \(watcher.deliveries)")
+    #expect(watcher.cancels.value == 1)
+    #expect(inotifyWatchCount(inode: file.inode) == 0, "the kernel watch was not removed")
+  }
+
+  @Test func aSourceDroppedWithoutCancelRemovesItsWatch() throws {
+    let file = try TemporaryFile()
+    do {
+      let source = try FileSource(fd: file.fd, events: [.write])
+      source.activate()
+      #expect(inotifyWatchCount(inode: file.inode) == 1)
+    }
+    #expect(inotifyWatchCount(inode: file.inode) == 0)
+  }
+
+  @Test func aDirectoryReportsEntriesAddedAsWrite() throws {
+    let file = try TemporaryFile()
+    let directoryFD = open(file.directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+    #expect(directoryFD >= 0)
+    defer { close(directoryFD) }
+    let watcher = try Watcher(fd: directoryFD, events: [.write])
+    let entry = open(file.directory + "/entry", O_CREAT | O_WRONLY | O_CLOEXEC, 0o644)
+    close(entry)
+    #expect(watcher.waitFor(.write), "\(watcher.deliveries)")
+    watcher.cancelAndWait()
+    unlink(file.directory + "/entry")
+  }
+
+  @Test func eventsBeforeActivationAreNotReported() throws {
+    let file = try TemporaryFile()
+    let watcher = try Watcher(file, events: [.write, .attrib], activate: false)
+    try file.append("early")
+    // The witness sees the early write: once it has it, the hub has read it.
+    let witness = try Watcher(file, events: [.attrib])
+    #expect(fchmod(file.fd, 0o600) == 0)
+    #expect(witness.waitFor(.attrib), "\(witness.deliveries)")
+    watcher.source.activate()
+    #expect(fchmod(file.fd, 0o640) == 0)
+    #expect(watcher.waitFor(.attrib), "\(watcher.deliveries)")
+    #expect(!watcher.union.contains(.write), "\(watcher.deliveries)")
+    watcher.cancelAndWait()
+    witness.cancelAndWait()
+  }
+
+  @Test func aBadDescriptorThrows() throws {
+    #expect(throws: EventLoopError.negativeDescriptor(-1)) {
+      _ = try FileSource(fd: -1, events: [.write])
+    }
+    let file = try TemporaryFile()
+    let closed = dup(file.fd)
+    close(closed)
+    #expect(throws: EventLoopError.closedDescriptor(closed)) {
+      _ = try FileSource(fd: closed, events: [.write])
+    }
+  }
+
+  @Test func aLimitErrorNamesTheLimit() {
+    let full = EventLoopError.fileWatchFailed(7, call: "inotify_add_watch", errno: ENOSPC)
+    #expect(full.description.contains("/proc/sys/fs/inotify/max_user_watches"))
+    #expect(full.description.contains("descriptor 7"))
+    let instances = EventLoopError.fileWatchFailed(7, call: "inotify_init1", errno: EMFILE)
+    #expect(instances.description.contains("/proc/sys/fs/inotify/max_user_instances"))
+  }
+
+  @Test func funlockIsAClientBug() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      _ = try? FileSource(fd: 0, events: FileSource.Events(rawValue: 0x100), label: "locks")
+    }
+    expectMessage(
+      result,
+      "FileSource \"locks\" asked for FUNLOCK (0x100), which Linux cannot watch: inotify "
+        + "reports no lock releases; remove it from the events")
+  }
+
+  @Test func anUnknownEventBitIsAClientBug() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      _ = try? FileSource(fd: 0, events: [.write, FileSource.Events(rawValue: 0x80)])
+    }
+    expectMessage(
+      result,
+      "FileSource \"file-source\" asked for unknown file events 0x80; the events are DELETE, "
+        + "WRITE, EXTEND, ATTRIB, LINK, RENAME and REVOKE (0x7f)")
+  }
+}
+
+// MARK: Helpers
+
+/// A file in a fresh directory under /tmp, open read-write; removed with its directory at
+/// deinit.
+final class TemporaryFile {
+  let directory: String
+  let path: String
+  let fd: Int32
+
+  init() throws {
+    var template = Array("/tmp/loopdispatch-file-source-XXXXXX".utf8CString)
+    guard let made = mkdtemp(&template) else { throw TestError("mkdtemp: errno \(errno)") }
+    directory = String(cString: made)
+    path = directory + "/watched"
+    fd = open(path, O_CREAT | O_RDWR | O_CLOEXEC, 0o644)
+    if fd < 0 { throw TestError("open: errno \(errno)") }
+  }
+
+  deinit {
+    close(fd)
+    unlink(path)
+    rmdir(directory)
+  }
+
+  var inode: UInt64 {
+    var info = stat()
+    fstat(fd, &info)
+    return UInt64(info.st_ino)
+  }
+
+  func append(_ text: String) throws {
+    let written = text.utf8CString.withUnsafeBytes { bytes in
+      pwrite(fd, bytes.baseAddress!, bytes.count - 1, off_t(lseek(fd, 0, SEEK_END)))
+    }
+    if written != text.utf8.count { throw TestError("write: errno \(errno)") }
+  }
+}
+
+struct TestError: Error, CustomStringConvertible {
+  var description: String
+  init(_ description: String) { self.description = description }
+}
+
+/// A FileSource on its own serial queue, recording each handler run's events.
+final class Watcher: Sendable {
+  let source: FileSource
+  let recorded = Locked([FileSource.Events]())
+  let cancels = Locked(0)
+  private let delivered = LoopDispatch.Semaphore(value: 0)
+  private let cancelled = LoopDispatch.Semaphore(value: 0)
+
+  convenience init(_ file: TemporaryFile, events: FileSource.Events, activate: Bool = true)
+    throws
+  {
+    try self.init(fd: file.fd, events: events, activate: activate)
+  }
+
+  init(fd: Int32, events: FileSource.Events, activate: Bool = true) throws {
+    source = try FileSource(fd: fd, events: events, queue: Queue(label: "file-watcher"))
+    source.setEventHandler { [unowned source, recorded, delivered] in
+      let changes = source.changes
+      recorded.withLock { $0.append(changes) }
+      delivered.signal()
+    }
+    source.setCancelHandler { [cancels, cancelled] in
+      cancels.withLock { $0 += 1 }
+      cancelled.signal()
+    }
+    if activate { source.activate() }
+  }
+
+  var deliveries: [FileSource.Events] { recorded.value }
+  var union: FileSource.Events { deliveries.reduce([]) { $0.union($1) } }
+
+  /// Waits until the deliveries from index `after` on together contain `events`.
+  func waitFor(_ events: FileSource.Events, after: Int = 0) -> Bool {
+    while true {
+      let seen = recorded.withLock { all in
+        all.count > after ? all[after...].reduce([]) { $0.union($1) } : FileSource.Events()
+      }
+      if seen.isSuperset(of: events) { return true }
+      if delivered.wait(timeout: .seconds(30)) == .timedOut { return false }
+    }
+  }
+
+  func cancelAndWait() {
+    source.cancel()
+    #expect(cancelled.wait(timeout: .seconds(30)) == .success, "no cancel handler")
+  }
+}
+
+/// How many watches the process's inotify instances hold on `inode`, from
+/// /proc/self/fdinfo (lines `inotify wd:N ino:<hex> ...`).
+func inotifyWatchCount(inode: UInt64) -> Int {
+  guard let directory = opendir("/proc/self/fd") else { return -1 }
+  defer { closedir(directory) }
+  var count = 0
+  let wanted = "ino:" + String(inode, radix: 16) + " "
+  while let entry = readdir(directory) {
+    let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+      String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+    }
+    guard Int32(name) != nil else { continue }
+    var target = [CChar](repeating: 0, count: 256)
+    let length = readlink("/proc/self/fd/" + name, &target, target.count - 1)
+    guard length > 0,
+      String(decoding: target[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        == "anon_inode:inotify"
+    else { continue }
+    guard let info = fopen("/proc/self/fdinfo/" + name, "r") else { continue }
+    defer { fclose(info) }
+    var line = [CChar](repeating: 0, count: 1024)
+    while fgets(&line, Int32(line.count), info) != nil {
+      let text = String(
+        decoding: line.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+      if text.hasPrefix("inotify ") && text.contains(wanted) { count += 1 }
+    }
+  }
+  return count
+}
