@@ -63,3 +63,5 @@ expect_bug wait-block-run-twice \
 expect_bug release-suspended 'queue "c.suspended" was released while suspended or inactive'
 expect_bug not-data 'dispatch_data_get_size called with an object that is not a dispatch_data_t'
 expect_bug data-null-buffer 'dispatch_data_create called with a NULL buffer of 8 bytes'
+expect_bug vnode-funlock \
+  'dispatch_source_create(DISPATCH_SOURCE_TYPE_VNODE) with DISPATCH_VNODE_FUNLOCK (0x100)'

@@ -397,6 +397,8 @@ const struct dispatch_source_type_s _dispatch_source_type_signal = {4};
 const struct dispatch_source_type_s _dispatch_source_type_data_add = {5};
 const struct dispatch_source_type_s _dispatch_source_type_data_or = {6};
 const struct dispatch_source_type_s _dispatch_source_type_data_replace = {7};
+// 10, not 8: the process and memory-pressure types were planned beside it.
+const struct dispatch_source_type_s _dispatch_source_type_vnode = {10};
 
 // Implemented in Swift.
 extern dispatch_source_t _loopdispatch_source_create(
