@@ -32,6 +32,7 @@ let scenarios: [String: () -> Void] = [
   "retarget-main": retargetMainScenario,
   "source-multiplex-main": sourceMultiplexMainScenario,
   "main-thread-queue": mainThreadQueueScenario,
+  "file-source-main": fileSourceMainScenario,
 ]
 
 guard CommandLine.arguments.count == 2, let scenario = scenarios[CommandLine.arguments[1]] else {

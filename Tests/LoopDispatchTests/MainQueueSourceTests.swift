@@ -25,6 +25,10 @@ import Testing
     expectScenario("source-main-data-and-timers")
   }
 
+  @Test func aMainQueueFileSourceRunsOnTheMainThread() {
+    expectScenario("file-source-main")
+  }
+
   @Test func aMainQueueSignalSourceRunsOnTheMainThread() {
     expectScenario("source-main-signal")
   }
