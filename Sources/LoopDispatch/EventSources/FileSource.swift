@@ -61,6 +61,7 @@ public final class FileSource: Source, @unchecked Sendable {
 
   /// Kinds of change to a file, with the values of libdispatch's `DISPATCH_VNODE_*` flags.
   public struct Events: OptionSet, Sendable, Hashable {
+    /// The `DISPATCH_VNODE_*` bits of the set.
     public let rawValue: UInt
 
     /// Creates a set from libdispatch's `DISPATCH_VNODE_*` bits.
