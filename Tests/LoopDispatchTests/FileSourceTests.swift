@@ -1,5 +1,5 @@
 import Glibc
-import LoopDispatch
+@testable import LoopDispatch
 import MainLoop
 import TestSupport
 import Testing
@@ -153,6 +153,38 @@ import Testing
     witness.cancelAndWait()
   }
 
+  /// The kernel's queue overflows while the hub does not read (a child process: the overflow
+  /// reaches every watch of the process). Another file's events fill the queue, so the
+  /// watched file's append and link are lost from it, and only the overflow recovery (size and
+  /// link count compared with those last seen) reports them.
+  @Test func whatAQueueOverflowLostIsRecoveredFromTheFilesState() async {
+    await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      do {
+        let file = try TemporaryFile()
+        let filler = try TemporaryFile()
+        let watcher = try Watcher(file, events: [.write, .extend, .link])
+        let fillerWatcher = try Watcher(filler, events: [.write, .attrib])
+        let hub = try FileWatchHub.start(for: file.fd)
+        hub.suspendReading()
+        // Alternating events are not coalesced: each takes a slot of the kernel's queue.
+        let limit = Int(readSmallFile("/proc/sys/fs/inotify/max_queued_events") ?? "") ?? 16384
+        for round in 0...(limit / 2 + 8) {
+          if fchmod(filler.fd, round % 2 == 0 ? 0o600 : 0o640) != 0 { failChild("fchmod") }
+          if pwrite(filler.fd, "x", 1, 0) != 1 { failChild("pwrite") }
+        }
+        try file.append("lost from the queue")
+        if link(file.path, file.directory + "/second-name") != 0 { failChild("link") }
+        hub.resumeReading()
+        if !watcher.waitFor([.write, .extend, .link]) { failChild("\(watcher.union)") }
+        unlink(file.directory + "/second-name")
+        watcher.cancelAndWait()
+        fillerWatcher.cancelAndWait()
+      } catch {
+        failChild("\(error)")
+      }
+    }
+  }
+
   @Test func aBadDescriptorThrows() throws {
     #expect(throws: EventLoopError.negativeDescriptor(-1)) {
       _ = try FileSource(fd: -1, events: [.write])
@@ -283,6 +315,16 @@ final class Watcher: Sendable {
     source.cancel()
     #expect(cancelled.wait(timeout: .seconds(30)) == .success, "no cancel handler")
   }
+}
+
+/// The first line of a small file such as a /proc setting, or nil.
+func readSmallFile(_ path: String) -> String? {
+  guard let file = fopen(path, "r") else { return nil }
+  defer { fclose(file) }
+  var line = [CChar](repeating: 0, count: 128)
+  guard fgets(&line, Int32(line.count), file) != nil else { return nil }
+  let text = String(decoding: line.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+  return text.hasSuffix("\n") ? String(text.dropLast()) : text
 }
 
 /// How many watches the process's inotify instances hold on `inode`, from

@@ -81,7 +81,7 @@ final class FileWatchHub: @unchecked Sendable {
   /// Protected by: its lock (see the type's notes).
   let table = LockedValue(Table())
   /// The internal read source on `inotifyFD`. Set once by `startSlow`, before the hub is
-  /// published.
+  /// published (under `shared`'s lock, which every later reader of it took first).
   private var reader: ReadSource?
   /// The read buffer, allocated once: the hub is never released (it is published for the
   /// process's life), so the memory is never freed. Only touched by the reader's handler,
@@ -221,6 +221,13 @@ final class FileWatchHub: @unchecked Sendable {
 
   /// The number of kernel watches (for tests).
   var watchCount: Int { table.withLock { $0.watches.count } }
+
+  /// Stops reading events until `resumeReading` (for tests: lets the kernel's queue fill up
+  /// and overflow). Any thread.
+  func suspendReading() { reader?.suspend() }
+
+  /// Undoes `suspendReading`. Any thread.
+  func resumeReading() { reader?.resume() }
 
   // MARK: Reading events
 
