@@ -1,8 +1,9 @@
 import Glibc
-@testable import LoopDispatch
 import MainLoop
 import TestSupport
 import Testing
+
+@testable import LoopDispatch
 
 /// FileSource (inotify): each event kind, renames followed, several sources on one file,
 /// filtering, cancel (the kernel watch removed, checked in /proc/self/fdinfo), errors and
