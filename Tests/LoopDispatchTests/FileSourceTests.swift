@@ -66,6 +66,16 @@ import Testing
     watcher.cancelAndWait()
   }
 
+  @Test func aFileDeletedBeforeTheSourceIsMadeIsWatchedThroughItsDescriptor() throws {
+    let file = try TemporaryFile()
+    #expect(unlink(file.path) == 0)
+    let watcher = try Watcher(file, events: [.write, .delete])
+    try file.append("still open")
+    #expect(watcher.waitFor(.write), "\(watcher.deliveries)")
+    #expect(watcher.union == .write, "no DELETE for a file deleted before: \(watcher.deliveries)")
+    watcher.cancelAndWait()
+  }
+
   @Test func anExcludedEventDoesNotFire() throws {
     let file = try TemporaryFile()
     let watcher = try Watcher(file, events: [.write])

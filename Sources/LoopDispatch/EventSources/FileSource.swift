@@ -22,7 +22,7 @@ import MainLoop
 /// | ``Events/link`` | `IN_ATTRIB` when the link count changed | a hard link made or removed |
 /// | ``Events/rename`` | `IN_MOVE_SELF` | the file moved; later events still arrive |
 /// | ``Events/delete`` | `IN_ATTRIB` with the link count now 0, or `IN_DELETE_SELF` | see below |
-/// | ``Events/revoke`` | `IN_UNMOUNT`, or the kernel dropping the watch (`IN_IGNORED`) | the source fires no more after it |
+/// | ``Events/revoke`` | `IN_UNMOUNT`, or the kernel dropping the watch (`IN_IGNORED`) | the source fires no more after it; rare on Linux, see below |
 ///
 /// For a directory, ``Events/write`` also reports entries created, deleted or moved in or
 /// out (`IN_CREATE`, `IN_DELETE`, `IN_MOVED_FROM`, `IN_MOVED_TO`), as a kqueue vnode source
@@ -34,6 +34,15 @@ import MainLoop
 ///   recognised by its `IN_ATTRIB` with the link count dropping to 0, which arrives at once.
 ///   The file itself stays until every descriptor on it is closed: writes through an open
 ///   descriptor still report ``Events/write``.
+/// - **A file already deleted** (its descriptor open, its last name unlinked) can be watched:
+///   `inotify_add_watch` on `/proc/self/fd/N` follows the descriptor to the file, so writes
+///   through any descriptor still report ``Events/write``; ``Events/delete`` does not come
+///   (the link count is 0 already).
+/// - **REVOKE.** Linux refuses to unmount a file system with open files (`EBUSY`), and a lazy
+///   unmount (`umount -l`) detaches it at once but ends it, and sends `IN_UNMOUNT`, only when
+///   the last descriptor on it closes, the source's own duplicate included (measured on
+///   Linux 6.18). So ``Events/revoke`` comes only if the kernel drops the watch for another
+///   reason, unlike BSD's forced unmount, which revokes open files.
 /// - **`FUNLOCK`** (`DISPATCH_VNODE_FUNLOCK`, 0x100) has no inotify equivalent: asking for it,
 ///   or any bit outside ``Events/all``, is a client bug and traps.
 /// - **Limits.** Each watched file takes one inotify watch of the per-user limit
