@@ -38,7 +38,7 @@ final class FileWatchHub: @unchecked Sendable {
   // serial queue; the rest is immutable.
 
   /// What the hub last saw of a watched file.
-  struct FileState: Equatable {
+  struct FileState {
     var size: Int64
     var links: UInt64
     var modified: timespec
@@ -49,13 +49,6 @@ final class FileWatchHub: @unchecked Sendable {
       links = UInt64(info.st_nlink)
       modified = info.st_mtim
       changed = info.st_ctim
-    }
-
-    static func == (lhs: FileState, rhs: FileState) -> Bool {
-      lhs.size == rhs.size && lhs.links == rhs.links
-        && lhs.modified.tv_sec == rhs.modified.tv_sec
-        && lhs.modified.tv_nsec == rhs.modified.tv_nsec
-        && lhs.changed.tv_sec == rhs.changed.tv_sec && lhs.changed.tv_nsec == rhs.changed.tv_nsec
     }
   }
 
