@@ -196,6 +196,78 @@ import Testing
     }
   }
 
+  /// O_PATH, Linux's nearest to macOS's O_EVTONLY (a descriptor that only names the file).
+  @Test func anOPathDescriptorIsWatched() throws {
+    let file = try TemporaryFile()
+    let oPath: Int32 = 0o10_000_000  // O_PATH: Glibc's module hides it (a _GNU_SOURCE flag).
+    let pathOnly = open(file.path, oPath | O_CLOEXEC)
+    #expect(pathOnly >= 0)
+    defer { close(pathOnly) }
+    let watcher = try Watcher(fd: pathOnly, events: [.write, .extend])
+    try file.append("through another descriptor")
+    #expect(watcher.waitFor([.write, .extend]), "\(watcher.deliveries)")
+    watcher.cancelAndWait()
+  }
+
+  /// Sources join and leave two files' watches from three threads while a fourth writes to
+  /// both; a source on one file stays throughout. Every cancel handler runs once, the staying
+  /// source still fires afterwards (no leave removed a kernel watch it still used), and the
+  /// watches go with their last sources.
+  @Test func joinAndLeaveChurnKeepsSharedWatchesRight() throws {
+    let files = [try TemporaryFile(), try TemporaryFile()]
+    let fds = files.map(\.fd)
+    let stayer = try Watcher(files[0], events: [.write])
+    let stop = Locked(false)
+    let writer = startThread {
+      var round = 0
+      while !stop.value {
+        _ = pwrite(fds[round % 2], "w", 1, off_t(round % 64))
+        round += 1
+      }
+    }
+    let perThread = scaled(150)
+    let cancelled = Locked(0)
+    let failures = Locked([String]())
+    let churners = (0..<3).map { index in
+      startThread {
+        for round in 0..<perThread {
+          let done = LoopDispatch.Semaphore(value: 0)
+          do {
+            let source = try FileSource(
+              fd: fds[(index + round) % 2], events: [.write, .attrib],
+              queue: Queue(label: "churn"))
+            source.setEventHandler {}
+            source.setCancelHandler {
+              cancelled.withLock { $0 += 1 }
+              done.signal()
+            }
+            source.activate()
+            source.cancel()
+          } catch {
+            failures.withLock { $0.append("\(error)") }
+            return
+          }
+          if done.wait(timeout: .seconds(30)) == .timedOut {
+            failures.withLock { $0.append("a cancel handler never ran") }
+            return
+          }
+        }
+      }
+    }
+    for thread in churners { pthread_join(thread, nil) }
+    stop.withLock { $0 = true }
+    pthread_join(writer, nil)
+    #expect(failures.value.isEmpty, "\(failures.value)")
+    #expect(cancelled.value == 3 * perThread)
+    #expect(inotifyWatchCount(inode: files[0].inode) == 1, "the staying source's watch")
+    #expect(inotifyWatchCount(inode: files[1].inode) == 0, "a watch outlived its sources")
+    let before = stayer.deliveries.count
+    try files[0].append("after the churn")
+    #expect(stayer.waitFor(.write, after: before), "the staying source no longer fires")
+    stayer.cancelAndWait()
+    #expect(inotifyWatchCount(inode: files[0].inode) == 0)
+  }
+
   @Test func aBadDescriptorThrows() throws {
     #expect(throws: EventLoopError.negativeDescriptor(-1)) {
       _ = try FileSource(fd: -1, events: [.write])
