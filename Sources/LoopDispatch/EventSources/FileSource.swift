@@ -108,7 +108,9 @@ public final class FileSource: Source, @unchecked Sendable {
   /// The file is watched from now on (so a refusal is thrown here); events are reported
   /// once the source is activated.
   /// - Parameters:
-  ///   - fd: an open descriptor of the file (any access mode); the source does not close it.
+  ///   - fd: an open descriptor of the file, in any access mode (`O_PATH`, the nearest to
+  ///     macOS's `O_EVTONLY`, included; inotify needs read permission on the file); the
+  ///     source does not close it.
   ///   - events: the events to report. An empty set makes a source that never fires.
   ///     `DISPATCH_VNODE_FUNLOCK` (0x100), or any bit outside ``Events/all``, is a client
   ///     bug and traps.

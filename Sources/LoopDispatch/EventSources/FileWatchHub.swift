@@ -86,6 +86,12 @@ final class FileWatchHub: @unchecked Sendable {
     self.inotifyFD = inotifyFD
   }
 
+  /// Only a hub whose start failed goes away (a started one is kept for the process's life):
+  /// its reader never registered, so nothing reads into the buffer.
+  deinit {
+    buffer.deallocate()
+  }
+
   // MARK: Starting
 
   /// The hub once started; never replaced. Protected by: its lock, which also serialises

@@ -58,6 +58,8 @@ public enum EventLoopError: Error, Sendable, Equatable, CustomStringConvertible 
       return "the kernel is out of memory (errno \(code))"
     case EACCES:
       return "read access to the file is not permitted (errno \(code))"
+    case ENOENT where call == "inotify_add_watch":
+      return "/proc is not mounted (the file is named through /proc/self/fd) (errno \(code))"
     default:
       return "errno \(code)"
     }
