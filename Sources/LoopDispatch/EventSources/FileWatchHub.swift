@@ -30,12 +30,12 @@ import MainLoop
 ///
 /// Who may touch what: `table` is behind its lock, which also serialises every
 /// `inotify_add_watch` and `inotify_rm_watch` with the table, so a joining source and the
-/// last leaving one always agree on whether the kernel watch exists. `inotifyFD` and
-/// `reader` are immutable; `buffer` is touched only by the reader's handler (on its serial
-/// queue).
+/// last leaving one always agree on whether the kernel watch exists. `inotifyFD` is
+/// immutable and `reader` is set once before the hub is published; `buffer` is touched only
+/// by the reader's handler (on its serial queue).
 final class FileWatchHub: @unchecked Sendable {
   // @unchecked Sendable: `table` is behind its lock; `buffer` is confined to the reader's
-  // serial queue; the rest is immutable.
+  // serial queue; `reader` is written once before publication; the rest is immutable.
 
   /// What the hub last saw of a watched file.
   struct FileState {
