@@ -1,3 +1,4 @@
+import CLoopShims
 import Glibc
 import MainLoop
 import TestSupport
@@ -266,6 +267,33 @@ import Testing
     #expect(stayer.waitFor(.write, after: before), "the staying source no longer fires")
     stayer.cancelAndWait()
     #expect(inotifyWatchCount(inode: files[0].inode) == 0)
+  }
+
+  /// IN_UNMOUNT and the IN_IGNORED that follows it, injected (the kernel sends them only once
+  /// the file system goes, which the open descriptor prevents): REVOKE, then the watch is
+  /// forgotten, later events do not reach the source and its cancel still completes.
+  @Test func anUnmountReportsRevokeAndEndsTheWatch() throws {
+    let file = try TemporaryFile()
+    let watcher = try Watcher(file, events: [.revoke, .write])
+    let hub = try FileWatchHub.start(for: file.fd)
+    let core = try #require(watcher.source.core as? FileSourceCore)
+    let wd = try #require(hub.watchDescriptor(of: core))
+    hub.handleForTesting(mask: cls_in_unmount, wd: wd)
+    #expect(watcher.waitFor(.revoke), "\(watcher.deliveries)")
+    hub.handleForTesting(mask: cls_in_ignored, wd: wd)
+    #expect(hub.watchDescriptor(of: core) == nil, "the dropped watch is forgotten")
+    #expect(watcher.waitFor(.revoke, after: 1), "\(watcher.deliveries)")  // The IN_IGNORED's.
+    // The kernel still has the watch (the events were made up): writes reach the hub, and
+    // must not reach the source. A second source's watch (a new entry for the same wd) sees
+    // the write, so by then the hub has handled it.
+    let witness = try Watcher(file, events: [.write])
+    let before = watcher.deliveries.count
+    try file.append("after the unmount")
+    #expect(witness.waitFor(.write), "\(witness.deliveries)")
+    witness.cancelAndWait()  // Removes the kernel watch.
+    #expect(watcher.deliveries.count == before, "an event after REVOKE: \(watcher.deliveries)")
+    watcher.cancelAndWait()
+    #expect(inotifyWatchCount(inode: file.inode) == 0)
   }
 
   @Test func aBadDescriptorThrows() throws {

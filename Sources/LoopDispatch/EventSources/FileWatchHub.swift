@@ -228,6 +228,22 @@ final class FileWatchHub: @unchecked Sendable {
   /// Undoes `suspendReading`. Any thread.
   func resumeReading() { reader?.resume() }
 
+  /// The wd `core` is listed under, or nil (for tests).
+  func watchDescriptor(of core: FileSourceCore) -> Int32? {
+    table.withLock { $0.wdOfSource[ObjectIdentifier(core)] }
+  }
+
+  /// Handles one event as if it had been read from the kernel (for tests: the kernel sends
+  /// `IN_UNMOUNT` and an unrequested `IN_IGNORED` only once a file system goes, which a
+  /// source's open descriptor prevents). Any thread.
+  func handleForTesting(mask: UInt32, wd: Int32) {
+    var merged: [ObjectIdentifier: (FileSourceCore, UInt)] = [:]
+    table.withLock { translate(mask, wd, in: &$0, into: &merged) }
+    for (core, events) in merged.values {
+      core.signal(events, mayRunInline: false)
+    }
+  }
+
   // MARK: Reading events
 
   /// The reader's handler: reads and translates every queued event, then merges each
