@@ -67,3 +67,5 @@ expect_bug proc-fork \
   'process source "dispatch-proc" asks for DISPATCH_PROC_FORK (.fork), which Linux cannot report'
 expect_bug pressure-unknown-bits \
   'memory pressure source "dispatch-memorypressure" given unknown level bits 0x10'
+expect_bug vnode-funlock \
+  'dispatch_source_create(DISPATCH_SOURCE_TYPE_VNODE) with DISPATCH_VNODE_FUNLOCK (0x100)'

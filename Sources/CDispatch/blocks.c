@@ -399,6 +399,8 @@ const struct dispatch_source_type_s _dispatch_source_type_data_or = {6};
 const struct dispatch_source_type_s _dispatch_source_type_data_replace = {7};
 const struct dispatch_source_type_s _dispatch_source_type_proc = {8};
 const struct dispatch_source_type_s _dispatch_source_type_memorypressure = {9};
+// 10, not 8: the process and memory-pressure types were planned beside it.
+const struct dispatch_source_type_s _dispatch_source_type_vnode = {10};
 
 // Implemented in Swift.
 extern dispatch_source_t _loopdispatch_source_create(

@@ -15,8 +15,11 @@
 #include <sys/socket.h>
 #include <linux/sockios.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/inotify.h>
 #include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <time.h>
@@ -189,6 +192,44 @@ static inline int cls_pidfd_open(pid_t pid) {
   errno = ENOSYS;
   return -1;
 #endif
+}
+
+// ---- inotify (FileSource: EventSources/FileWatchHub.swift) ----
+static const uint32_t cls_in_modify = IN_MODIFY;
+static const uint32_t cls_in_attrib = IN_ATTRIB;
+static const uint32_t cls_in_move_self = IN_MOVE_SELF;
+static const uint32_t cls_in_delete_self = IN_DELETE_SELF;
+static const uint32_t cls_in_unmount = IN_UNMOUNT;
+static const uint32_t cls_in_q_overflow = IN_Q_OVERFLOW;
+static const uint32_t cls_in_ignored = IN_IGNORED;
+static const uint32_t cls_in_mask_add = IN_MASK_ADD;
+/// A non-blocking, close-on-exec inotify instance, or -1 (errno set).
+static inline int cls_inotify_create(void) { return inotify_init1(IN_NONBLOCK | IN_CLOEXEC); }
+/// Watches the file `fd` names (through /proc/self/fd/N, which names the open file even after
+/// a rename or an unlink); returns the watch descriptor, or -1 (errno set).
+static inline int cls_inotify_watch_descriptor(int inotify_fd, int fd, uint32_t mask) {
+  char path[32];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  return inotify_add_watch(inotify_fd, path, mask);
+}
+static inline int cls_inotify_unwatch(int inotify_fd, int wd) {
+  return inotify_rm_watch(inotify_fd, wd) == 0 ? 0 : errno;
+}
+/// The size of a buffer that always holds at least one event.
+static const int cls_inotify_buffer_size = 16 * (int)(sizeof(struct inotify_event) + NAME_MAX + 1);
+/// Reads the event at `offset` of the `length` bytes `read` filled into `buffer`; returns the
+/// offset of the next event, or -1 if no whole event starts at `offset`. The kernel writes
+/// whole, aligned events; the copy avoids assuming the caller's buffer alignment.
+static inline int cls_inotify_event_at(const void *buffer, int length, int offset, int32_t *wd,
+                                       uint32_t *mask) {
+  struct inotify_event event;
+  if (offset < 0 || length - offset < (int)sizeof event) return -1;
+  memcpy(&event, (const char *)buffer + offset, sizeof event);
+  int next = offset + (int)sizeof event + (int)event.len;
+  if (next > length) return -1;
+  *wd = event.wd;
+  *mask = event.mask;
+  return next;
 }
 
 #endif

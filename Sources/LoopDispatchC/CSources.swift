@@ -23,11 +23,13 @@ final class CSource: CObjectBase, @unchecked Sendable {
     case dataReplace = 7
     case proc = 8
     case memoryPressure = 9
+    case vnode = 10
 
     /// Whether libdispatch accepts `handle` and `mask` for this type (it returns NULL
     /// otherwise): data sources take neither, fd and signal sources no mask, a timer a mask
     /// of its flags (DISPATCH_TIMER_STRICT and the private background bit) and any handle,
-    /// a signal source a number from 1 to NSIG - 1.
+    /// a signal source a number from 1 to NSIG - 1. A VNODE source takes a descriptor and
+    /// any mask (`vnodeMaskCheck` traps on flags Linux cannot watch).
     func accepts(handle: UInt, mask: UInt) -> Bool {
       switch self {
       case .dataAdd, .dataOr, .dataReplace: return handle == 0 && mask == 0
@@ -38,6 +40,7 @@ final class CSource: CObjectBase, @unchecked Sendable {
       // cannot report (a client bug rather than NULL: see CAPI.md).
       case .proc: return handle >= 1 && handle <= UInt(Int32.max)
       case .memoryPressure: return handle == 0
+      case .vnode: return true
       }
     }
   }
@@ -95,6 +98,7 @@ public func cLoopdispatchSourceCreate(
     clientBug("dispatch_source_create called with an unknown or NULL source type")
   }
   guard kind.accepts(handle: handle, mask: mask) else { return nil }
+  if kind == .vnode { checkVnodeMask(mask) }
   // As libdispatch: a NULL queue means the default global queue.
   let target = queue.map { CHandle.queue($0, "dispatch_source_create") } ?? Queue.global()
   let source: Source
@@ -114,11 +118,31 @@ public func cLoopdispatchSourceCreate(
     case .memoryPressure:
       source = try MemoryPressureSource(
         levels: .init(rawValue: mask), queue: target, label: "dispatch-memorypressure")
+    case .vnode:
+      source = try FileSource(
+        fd: Int32(truncatingIfNeeded: handle), events: FileSource.Events(rawValue: mask),
+        queue: target)
     }
   } catch {
     return nil  // libdispatch returns NULL for a source it cannot make.
   }
   return CHandle.retained(CSource(source: source, kind: kind, handle: handle, mask: mask))
+}
+
+/// Traps on VNODE flags Linux cannot watch (libdispatch on BSD and macOS accepts FUNLOCK; an
+/// unknown bit makes it return NULL): a program that relies on them should learn at once.
+private func checkVnodeMask(_ mask: UInt) {
+  let unknown = mask & ~FileSource.Events.all.rawValue
+  guard unknown != 0 else { return }
+  if unknown & 0x100 != 0 {
+    clientBug(
+      "dispatch_source_create(DISPATCH_SOURCE_TYPE_VNODE) with DISPATCH_VNODE_FUNLOCK (0x100), "
+        + "which Linux cannot watch: inotify reports no lock releases; remove it from the mask")
+  }
+  clientBug(
+    "dispatch_source_create(DISPATCH_SOURCE_TYPE_VNODE) with unknown mask bits "
+      + "0x\(String(unknown, radix: 16)); the DISPATCH_VNODE_* flags Linux can watch are DELETE, "
+      + "WRITE, EXTEND, ATTRIB, LINK, RENAME and REVOKE (0x7f)")
 }
 
 /// A handler set from C: a block (called with its own copy, released when the handler goes)

@@ -825,6 +825,83 @@ static void test_memorypressure_source(void) {
   dispatch_release(queue);
 }
 
+// ---- vnode -----------------------------------------------------------------------------------
+
+// A file watched as libdispatch's documentation shows it: open, a VNODE source with the flags
+// wanted, the flags read with dispatch_source_get_data in the handler, the descriptor closed in
+// the cancel handler. Each change is waited for before the next (no sleeps).
+static atomic_ulong vnode_seen;
+static void test_vnode_source(void) {
+  char directory[] = "/tmp/loopdispatch-capi-vnode-XXXXXX";
+  CHECK(mkdtemp(directory) != NULL, "mkdtemp");
+  char path[128], moved[128];
+  snprintf(path, sizeof path, "%s/watched", directory);
+  snprintf(moved, sizeof moved, "%s/moved", directory);
+  int fd = open(path, O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  CHECK(fd >= 0, "open %s", path);
+  dispatch_queue_t queue = dispatch_queue_create("c.vnode", DISPATCH_QUEUE_SERIAL);
+  dispatch_source_t source = dispatch_source_create(
+      DISPATCH_SOURCE_TYPE_VNODE, (uintptr_t)fd,
+      DISPATCH_VNODE_WRITE | DISPATCH_VNODE_EXTEND | DISPATCH_VNODE_RENAME | DISPATCH_VNODE_DELETE,
+      queue);
+  CHECK(source != NULL, "vnode source");
+  CHECK(dispatch_source_get_handle(source) == (uintptr_t)fd, "handle");
+  CHECK(dispatch_source_get_mask(source) == 0x27, "mask");
+  dispatch_semaphore_t changed = dispatch_semaphore_create(0);
+  dispatch_semaphore_t closed = dispatch_semaphore_create(0);
+  atomic_store(&vnode_seen, 0);
+  dispatch_source_set_event_handler(source, ^{
+    atomic_fetch_or(&vnode_seen, dispatch_source_get_data(source));
+    dispatch_semaphore_signal(changed);
+  });
+  dispatch_source_set_cancel_handler(source, ^{
+    close(fd);
+    dispatch_semaphore_signal(closed);
+  });
+  dispatch_activate(source);
+
+  CHECK(write(fd, "hello", 5) == 5, "write");
+  while ((atomic_load(&vnode_seen) & DISPATCH_VNODE_WRITE) == 0) {
+    if (dispatch_semaphore_wait(changed, in_seconds(30)) != 0) break;
+  }
+  CHECK(atomic_load(&vnode_seen) == (DISPATCH_VNODE_WRITE | DISPATCH_VNODE_EXTEND),
+        "write reported WRITE|EXTEND (got %#lx)", atomic_load(&vnode_seen));
+
+  atomic_store(&vnode_seen, 0);
+  CHECK(rename(path, moved) == 0, "rename");
+  while ((atomic_load(&vnode_seen) & DISPATCH_VNODE_RENAME) == 0) {
+    if (dispatch_semaphore_wait(changed, in_seconds(30)) != 0) break;
+  }
+  CHECK(atomic_load(&vnode_seen) == DISPATCH_VNODE_RENAME, "rename reported RENAME (got %#lx)",
+        atomic_load(&vnode_seen));
+
+  atomic_store(&vnode_seen, 0);
+  CHECK(unlink(moved) == 0, "unlink");
+  while ((atomic_load(&vnode_seen) & DISPATCH_VNODE_DELETE) == 0) {
+    if (dispatch_semaphore_wait(changed, in_seconds(30)) != 0) break;
+  }
+  CHECK(atomic_load(&vnode_seen) & DISPATCH_VNODE_DELETE, "unlink reported DELETE (got %#lx)",
+        atomic_load(&vnode_seen));
+
+  dispatch_source_cancel(source);
+  CHECK(dispatch_semaphore_wait(closed, in_seconds(30)) == 0, "cancel handler closed the fd");
+  dispatch_release(source);
+  rmdir(directory);
+
+  // NULL for a descriptor that is not open (libdispatch's documented failure result).
+  int closed_fd = dup(0);
+  close(closed_fd);
+  CHECK(dispatch_source_create(DISPATCH_SOURCE_TYPE_VNODE, (uintptr_t)closed_fd,
+                               DISPATCH_VNODE_WRITE, queue) == NULL,
+        "NULL for a closed descriptor");
+  CHECK(dispatch_source_create(DISPATCH_SOURCE_TYPE_VNODE, (uintptr_t)-1, DISPATCH_VNODE_WRITE,
+                               queue) == NULL,
+        "NULL for descriptor -1");
+  dispatch_release(changed);
+  dispatch_release(closed);
+  dispatch_release(queue);
+}
+
 // ---- data ------------------------------------------------------------------------------------
 
 // dispatch_data_t lifetimes, run under AddressSanitizer and LeakSanitizer by `make test-c`: a
@@ -1003,6 +1080,8 @@ static int misuse(const char *name) {
                                  DISPATCH_PROC_EXIT | DISPATCH_PROC_FORK, NULL);
   } else if (strcmp(name, "pressure-unknown-bits") == 0) {
     (void)dispatch_source_create(DISPATCH_SOURCE_TYPE_MEMORYPRESSURE, 0, 0x10, NULL);
+  } else if (strcmp(name, "vnode-funlock") == 0) {
+    dispatch_source_create(DISPATCH_SOURCE_TYPE_VNODE, 0, DISPATCH_VNODE_FUNLOCK, NULL);
   } else {
     fprintf(stderr, "unknown misuse case %s\n", name);
     return 2;
@@ -1082,6 +1161,7 @@ int main(int argc, char **argv) {
   test_signal_source();
   test_proc_source();
   test_memorypressure_source();
+  test_vnode_source();
   test_sanitizer_layout();
   test_data();
   test_io();

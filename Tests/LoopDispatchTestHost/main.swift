@@ -33,6 +33,7 @@ let scenarios: [String: () -> Void] = [
   "source-multiplex-main": sourceMultiplexMainScenario,
   "main-thread-queue": mainThreadQueueScenario,
   "source-main-process": sourceMainProcessScenario,
+  "file-source-main": fileSourceMainScenario,
 ]
 
 guard CommandLine.arguments.count == 2, let scenario = scenarios[CommandLine.arguments[1]] else {

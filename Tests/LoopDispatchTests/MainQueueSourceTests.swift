@@ -31,6 +31,10 @@ import Testing
     expectScenario("source-main-process")
   }
 
+  @Test func aMainQueueFileSourceRunsOnTheMainThread() {
+    expectScenario("file-source-main")
+  }
+
   @Test func aMainQueueSignalSourceRunsOnTheMainThread() {
     expectScenario("source-main-signal")
   }

@@ -47,7 +47,8 @@ public class Source: @unchecked Sendable {
   /// The data of the current event, read inside the event handler: bytes readable (read
   /// sources), writable space estimate (write sources), fires since the last handler run
   /// (timer and signal sources), the merged value (data sources), `DISPATCH_PROC_EXIT`
-  /// (process sources) or the pressure levels seen (memory-pressure sources). For fd sources it is
+  /// (process sources), the pressure levels seen (memory-pressure sources) or the or-ed
+  /// ``FileSource/Events`` bits (file sources). For fd sources it is
   /// computed when first read in a handler run (a system call), so a handler that does not
   /// read it pays nothing.
   public var data: UInt { core.currentDataValue() }

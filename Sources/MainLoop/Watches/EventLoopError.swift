@@ -1,3 +1,5 @@
+import Glibc
+
 /// Why an ``EventLoop`` refused a registration.
 public enum EventLoopError: Error, Sendable, Equatable, CustomStringConvertible {
   /// The file descriptor is negative.
@@ -19,6 +21,10 @@ public enum EventLoopError: Error, Sendable, Equatable, CustomStringConvertible 
   /// example `pidfd_open` on a kernel older than Linux 5.3, or `/proc/pressure/memory`
   /// where the kernel has no pressure stall information).
   case unsupported(feature: String, reason: String)
+  /// inotify refused to watch the file descriptor `fd` names (a `FileSource` in
+  /// LoopDispatch): `call` is the refused call (`inotify_init1` or `inotify_add_watch`) and
+  /// `errno` its error. The description names the limit reached, if any.
+  case fileWatchFailed(Int32, call: String, errno: Int32)
 
   /// A one-line explanation naming the descriptor, signal or errno involved.
   public var description: String {
@@ -40,6 +46,33 @@ public enum EventLoopError: Error, Sendable, Equatable, CustomStringConvertible 
       return "no process with id \(pid) (it does not exist, or has exited and been reaped)"
     case .unsupported(let feature, let reason):
       return "\(feature) is not supported on this system: \(reason)"
+    case .fileWatchFailed(let fd, let call, let code):
+      return "cannot watch the file of descriptor \(fd): \(call) failed: "
+        + Self.fileWatchReason(call: call, errno: code)
+    }
+  }
+
+  /// Why inotify refused, naming the limit behind the error.
+  private static func fileWatchReason(call: String, errno code: Int32) -> String {
+    switch code {
+    case ENOSPC:
+      return "the per-user limit of inotify watches is reached "
+        + "(/proc/sys/fs/inotify/max_user_watches) (errno \(code))"
+    case EMFILE where call == "inotify_init1":
+      return "the per-user limit of inotify instances is reached "
+        + "(/proc/sys/fs/inotify/max_user_instances), or the process has no descriptor left "
+        + "(RLIMIT_NOFILE) (errno \(code))"
+    case EMFILE, ENFILE:
+      return "no file descriptor left (the process's RLIMIT_NOFILE or the system's "
+        + "/proc/sys/fs/file-max) (errno \(code))"
+    case ENOMEM:
+      return "the kernel is out of memory (errno \(code))"
+    case EACCES:
+      return "read access to the file is not permitted (errno \(code))"
+    case ENOENT where call == "inotify_add_watch":
+      return "/proc is not mounted (the file is named through /proc/self/fd) (errno \(code))"
+    default:
+      return "errno \(code)"
     }
   }
 }

@@ -362,6 +362,25 @@ DISPATCH_EXPORT const struct dispatch_source_type_s _dispatch_source_type_memory
 #define DISPATCH_MEMORYPRESSURE_WARN 0x02
 #define DISPATCH_MEMORYPRESSURE_CRITICAL 0x04
 typedef unsigned long dispatch_source_memorypressure_flags_t;
+/* Changes to the file a descriptor names (LoopDispatch watches it through inotify; libdispatch
+ * on Linux has no VNODE type). The handle is an open descriptor (any access mode), the mask a
+ * set of DISPATCH_VNODE_* flags; dispatch_source_get_data returns the flags seen since the last
+ * handler run. NULL for a descriptor that is not open or when inotify refuses (its limits:
+ * /proc/sys/fs/inotify/max_user_watches, max_user_instances). DISPATCH_VNODE_FUNLOCK, or any
+ * other bit, is a client bug (a crash): inotify reports no lock releases. An unlink of the
+ * last name reports DELETE at once although the descriptor keeps the file open. See the
+ * reference's FileSource for how each flag is recognised and what inotify cannot see. */
+DISPATCH_EXPORT const struct dispatch_source_type_s _dispatch_source_type_vnode;
+#define DISPATCH_SOURCE_TYPE_VNODE (&_dispatch_source_type_vnode)
+typedef unsigned long dispatch_source_vnode_flags_t;
+#define DISPATCH_VNODE_DELETE 0x1
+#define DISPATCH_VNODE_WRITE 0x2
+#define DISPATCH_VNODE_EXTEND 0x4
+#define DISPATCH_VNODE_ATTRIB 0x8
+#define DISPATCH_VNODE_LINK 0x10
+#define DISPATCH_VNODE_RENAME 0x20
+#define DISPATCH_VNODE_REVOKE 0x40
+#define DISPATCH_VNODE_FUNLOCK 0x100
 
 /* Returns NULL when the source cannot be made (a bad descriptor or signal number, or a handle
  * or mask the type does not take, as libdispatch refuses them). A new source is inactive:
