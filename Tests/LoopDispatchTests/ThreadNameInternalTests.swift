@@ -72,15 +72,3 @@ import Testing
     }
   }
 }
-
-/// The name of thread `tid` of this process, from /proc.
-private func nameOfThread(_ tid: pid_t) -> String {
-  let fd = open("/proc/self/task/\(tid)/comm", O_RDONLY | O_CLOEXEC)
-  guard fd >= 0 else { return "" }
-  defer { close(fd) }
-  var buffer = [UInt8](repeating: 0, count: 32)
-  let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-  guard count > 0 else { return "" }
-  let text = String(decoding: buffer[..<count], as: UTF8.self)
-  return text.hasSuffix("\n") ? String(text.dropLast()) : text
-}

@@ -109,8 +109,9 @@ private func nameShown(whileBlockedOn queue: Queue, expecting expected: String) 
   return item.showsName(expected)
 }
 
-/// The name of thread `tid` of this process, from /proc.
-private func nameOfThread(_ tid: pid_t) -> String {
+/// The name of thread `tid` of this process, from /proc (also used by
+/// `ThreadNameInternalTests`).
+func nameOfThread(_ tid: pid_t) -> String {
   let fd = open("/proc/self/task/\(tid)/comm", O_RDONLY | O_CLOEXEC)
   guard fd >= 0 else { return "" }
   defer { close(fd) }
