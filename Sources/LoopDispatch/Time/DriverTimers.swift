@@ -1,0 +1,220 @@
+import CLoopShims
+import Glibc
+import MainLoop
+import Synchronization
+
+/// The `after` timers of every queue whose chain does not end at the main queue: a deadline
+/// heap behind a lock and one timerfd in the I/O driver's epoll set, fired by whichever driver
+/// thread holds the poller role, which runs the work itself when the target is an idle
+/// serial queue.
+///
+/// Why here and not on the service loop: the service loop is a libevent loop on one thread,
+/// so it can never run user code (nothing could take over its timers if a handler blocked);
+/// a fired timer there is a submission, and on an idle serial queue that submission wakes a
+/// pool worker — a second thread hop after the timer's own wake-up (10–40 µs on these VMs).
+/// The driver has two threads sharing the poller role with a standby and a watchdog, so a
+/// timer's work can run where the timer fired, as an fd handler does (`IODriver.swift`).
+///
+/// Firing walk-through (`ownedDescriptorFired`, the poller-role holder):
+/// 1. The timerfd (absolute `CLOCK_MONOTONIC`, registered level-triggered and persistent)
+///    becomes readable at or after the deadline it is armed for; the kernel never fires it
+///    early, and step 2 re-checks anyway.
+/// 2. Under `lock`: read the clock once; pop every timer whose deadline is at or before that
+///    instant (a cancelled one, already marked removed, is dropped); re-arm the descriptor
+///    for the new earliest deadline, or disarm it. Always one `timerfd_settime`: it resets
+///    the expiration count, so the descriptor is unready before the next `epoll_wait`, and
+///    no `read` and no `epoll_ctl` are needed. The deadline armed obeys the event loop's
+///    coalescing rule (``EventLoop/timerCoalescingNanoseconds``): not closer than 20 µs to
+///    this expiry, never before the deadline.
+/// 3. Outside the lock, under `firing`: each popped timer's work is claimed (the timer wins
+///    it unless `cancel()` came first). All of it is grouped per queue and submitted in one
+///    batch per queue (`TimerFireBatch`, as the service loop did), except the last claimed
+///    work when its queue is serial and the event may run inline (the last of its
+///    `epoll_wait` batch, no other inline run, a standby exists): that one is held back.
+/// 4. The held-back work runs inline if its queue's whole chain is idle: claimed as an
+///    uncontended `sync` claims it (`trySyncLockChain`), run through `IODriver.runInline`
+///    (the poller role is released meanwhile, so if the work blocks the standby takes over
+///    within ~4 ms and other timers and descriptors keep firing), then the chain is released.
+///    Otherwise (the queue is busy or has work queued, which the batch of step 3 may just
+///    have added) it is submitted like the rest, behind anything already queued: the work
+///    of one queue keeps its deadline order either way.
+///
+/// Scheduling (any thread, `schedule`): under `lock`, insert into the heap; only a timer that
+/// becomes the earliest, and earlier than what the descriptor is armed for, costs a
+/// `timerfd_settime` (by the scheduling thread: no wake-up of the driver, which the timerfd
+/// wakes at the deadline). Cancelling (`remove`, any thread): under `lock`, mark the entry
+/// removed (lazy removal, `TimerHeap` rule 3); the work itself was released by
+/// `DelayedWork.cancel()` before, so the closure never waits for the heap.
+///
+/// Who may touch what: the heap, `armedDeadline` and `lastExpiry` under `lock`; the fire
+/// scratch (`FireScratch`) under `firing`, which only the poller-role holder takes; the
+/// counters are atomics; the rest is immutable.
+///
+/// Entries dropped under `lock` (removed timers) may release the last reference to their
+/// queue: a queue's deinit takes none of our locks and runs no user code (a finalizer is
+/// submitted), so that is safe.
+final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
+  // @unchecked Sendable: the mutable state is behind `lock` or `firing`, or atomic, as stated
+  // above.
+
+  /// The driver timers, started with the I/O driver on first use; nil if the driver or the
+  /// timerfd could not be started (no descriptor left, no thread), in which case `after`
+  /// keeps its timers on the service loop for the life of the process.
+  static let shared: DriverTimers? = start()
+
+  /// The driver timers if they were started (for `RuntimeStats`, which must not start them).
+  /// Acquiring load; pairs with the releasing `storeIfNil` in `start`.
+  static var running: DriverTimers? { published.load() }
+  private static let published = AtomicLazyReference<DriverTimers>()
+
+  let driver: IODriver
+  private let timerFD: Int32
+
+  /// Protects the fields below it (a count, not `()`: see `IODriver.starting`).
+  private let lock = LockedValue(0, adaptive: true)
+  /// Protected by: `lock`.
+  private var heap = TimerHeap()
+  /// Protected by: `lock`. The instant the timerfd is armed for; 0 when disarmed or fired.
+  private var armedDeadline: UInt64 = 0
+  /// Protected by: `lock`. The clock reading of the last expiry (the coalescing window).
+  private var lastExpiry: UInt64 = 0
+
+  /// The scratch of a fire (step 3), reused between fires.
+  private struct FireScratch {
+    var due: [DelayedWork] = []
+    let batch = TimerFireBatch()
+  }
+  /// Protected by: its lock (taken by the poller-role holder only, so never contended; a lock
+  /// rather than the role's own hand-off so that ThreadSanitizer sees the protection).
+  private let firing = LockedValue(FireScratch())
+
+  /// Atomic. Timers fired (their work claimed and submitted or run), and how many of them ran
+  /// inline on a driver thread (for `RuntimeStats` and tests).
+  let firedCount = Atomic<UInt64>(0)
+  let inlineCount = Atomic<UInt64>(0)
+
+  private init(driver: IODriver, timerFD: Int32) {
+    self.driver = driver
+    self.timerFD = timerFD
+  }
+
+  private static func start() -> DriverTimers? {
+    guard case .success(let driver) = IODriver.start() else { return nil }
+    let fd = cls_timerfd_create_monotonic()
+    if fd < 0 { return nil }
+    let timers = DriverTimers(driver: driver, timerFD: fd)
+    // The registration keeps `timers` (its watcher) for the life of the process.
+    switch driver.registerOwned(fd: fd, events: cls_epollin, oneShot: false, watcher: timers) {
+    case .success: return published.storeIfNil(timers)
+    case .failure:
+      close(fd)
+      return nil
+    }
+  }
+
+  // MARK: Scheduling and cancelling (any thread)
+
+  /// Adds `timer`, due at `deadline` (its own, in ns), to the heap; arms the timerfd if it is
+  /// now due first.
+  func schedule(_ timer: DelayedWork, deadline: UInt64) {
+    lock.withLock { _ in
+      guard heap.insert(timer), deadline != .max else { return }
+      // The earliest now. Coalescing as in step 2; never earlier than the deadline.
+      let wanted = max(deadline, lastExpiry &+ EventLoop.timerCoalescingNanoseconds, 1)
+      // Armed for an earlier instant: that expiry re-arms for this one.
+      if armedDeadline != 0 && armedDeadline <= wanted { return }
+      arm(wanted)
+    }
+  }
+
+  /// Takes `timer` out of the heap if it is still in it (its work is already released).
+  func remove(_ timer: DelayedWork) {
+    lock.withLock { _ in
+      guard timer.heapState == .queued else { return }  // Fired, or being fired.
+      heap.markRemoved(timer)
+      // The earliest entry stays live (`schedule` compares with it); the timerfd may stay
+      // armed for the removed deadline: that expiry finds nothing due and re-arms.
+      heap.dropRemovedFirst()
+      heap.compactIfMostlyRemoved()
+    }
+  }
+
+  /// Timers waiting in the heap (removed ones included until they come out). Any thread.
+  var heapCount: Int { lock.withLock { _ in heap.count } }
+
+  /// Under `lock`: sets the timerfd for `deadline` (0 disarms).
+  private func arm(_ deadline: UInt64) {
+    if cls_timerfd_set_abs(timerFD, deadline) != 0 {
+      internalBug("timerfd_settime of the driver timers failed: errno \(cls_errno())")
+    }
+    armedDeadline = deadline
+  }
+
+  // MARK: Firing (the poller-role holder)
+
+  func ownedDescriptorFired(_ registration: OwnedRegistration, events: UInt32) {
+    let held = firing.withLock { scratch -> (item: DelayedWorkItem, queue: Queue)? in
+      popDue(into: &scratch.due)  // Steps 1–2.
+      guard !scratch.due.isEmpty else { return nil }
+      firedCount.wrappingAdd(UInt64(scratch.due.count), ordering: .relaxed)
+      // Step 3.
+      let mayInline = driver.mayRunInline
+      var held: (item: DelayedWorkItem, queue: Queue)?
+      for timer in scratch.due {
+        guard let item = timer.claimItem() else { continue }  // Cancelled first.
+        if let previous = held { scratch.batch.add(previous.item, to: previous.queue) }
+        if mayInline && timer.queue.kind == .serial {
+          held = (item, timer.queue)
+        } else {
+          held = nil
+          scratch.batch.add(item, to: timer.queue)
+        }
+      }
+      scratch.due.removeAll(keepingCapacity: true)
+      scratch.batch.flush()
+      return held
+    }
+    if let held { runInlineOrSubmit(held.item, on: held.queue) }  // Step 4, outside `firing`.
+  }
+
+  /// Step 2: pops the due timers into `due` and re-arms the descriptor.
+  private func popDue(into due: inout [DelayedWork]) {
+    lock.withLock { _ in
+      let now = Deadline.now.uptimeNanoseconds
+      lastExpiry = now
+      while let first = heap.firstDeadline, first <= now {
+        let (timer, wasRemoved) = heap.popFirst()
+        if wasRemoved { continue }  // Cancelled: its work is released; drop the timer.
+        // Safe: this heap holds `DelayedWork`s only (`schedule`).
+        due.append(unsafeDowncast(timer, to: DelayedWork.self))
+      }
+      heap.dropRemovedFirst()
+      var wanted: UInt64 = 0
+      if let first = heap.firstDeadline, first != .max {
+        wanted = max(first, now &+ EventLoop.timerCoalescingNanoseconds)
+      }
+      // Always, even to the same value: the settime makes the descriptor unready.
+      arm(wanted)
+    }
+  }
+
+  /// Step 4.
+  private func runInlineOrSubmit(_ item: DelayedWorkItem, on queue: Queue) {
+    if queue.trySyncLockChain() {
+      let ran = driver.runInline {
+        queue.withLockedChainFrames {
+          switch item {
+          case .closure(let body): body()
+          case .function(let call): call.run()
+          }
+        }
+      }
+      queue.unlockSyncChain()
+      if ran {
+        inlineCount.wrappingAdd(1, ordering: .relaxed)
+        return
+      }
+    }
+    queue.submit(item)
+  }
+}
