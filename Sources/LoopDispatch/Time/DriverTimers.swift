@@ -16,16 +16,17 @@ import Synchronization
 /// timer's work can run where the timer fired, as an fd handler does (`IODriver.swift`).
 ///
 /// Firing walk-through (`ownedDescriptorFired`, the poller-role holder):
-/// 1. The timerfd (absolute `CLOCK_MONOTONIC`, registered level-triggered and persistent)
-///    becomes readable at or after the deadline it is armed for; the kernel never fires it
-///    early, and step 2 re-checks anyway.
+/// 1. The timerfd (absolute `CLOCK_MONOTONIC`, one-shot, registered edge-triggered and
+///    persistent) expires at or after the deadline it is armed for; the kernel never fires it
+///    early, and step 2 re-checks anyway. Edge-triggered, each expiry is reported once,
+///    whether or not its count was read: no `read`, no `epoll_ctl`, ever.
 /// 2. Under `lock`: read the clock once; pop every timer whose deadline is at or before that
 ///    instant (a cancelled one, already marked removed, is dropped); re-arm the descriptor
-///    for the new earliest deadline, or disarm it. Always one `timerfd_settime`: it resets
-///    the expiration count, so the descriptor is unready before the next `epoll_wait`, and
-///    no `read` and no `epoll_ctl` are needed. The deadline armed obeys the event loop's
-///    coalescing rule (``EventLoop/timerCoalescingNanoseconds``): not closer than 20 µs to
-///    this expiry, never before the deadline.
+///    for the new earliest deadline with one `timerfd_settime`, or leave it expired (a
+///    one-shot timerfd does not fire again) if no timer waits: a lone timer costs no system
+///    call here at all. The deadline armed obeys the event loop's coalescing rule
+///    (``EventLoop/timerCoalescingNanoseconds``): not closer than 20 µs to this expiry, never
+///    before the deadline.
 /// 3. Outside the lock, under `firing`: each popped timer's work is claimed (the timer wins
 ///    it unless `cancel()` came first). All of it is grouped per queue and submitted in one
 ///    batch per queue (`TimerFireBatch`, as the service loop did), except the last claimed
@@ -74,7 +75,8 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
   private let lock = LockedValue(0, adaptive: true)
   /// Protected by: `lock`.
   private var heap = TimerHeap()
-  /// Protected by: `lock`. The instant the timerfd is armed for; 0 when disarmed or fired.
+  /// Protected by: `lock`. The instant the timerfd is armed for; 0 when it is not armed (it
+  /// has expired, or was never armed).
   private var armedDeadline: UInt64 = 0
   /// Protected by: `lock`. The clock reading of the last expiry (the coalescing window).
   private var lastExpiry: UInt64 = 0
@@ -104,7 +106,9 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
     if fd < 0 { return nil }
     let timers = DriverTimers(driver: driver, timerFD: fd)
     // The registration keeps `timers` (its watcher) for the life of the process.
-    switch driver.registerOwned(fd: fd, events: cls_epollin, oneShot: false, watcher: timers) {
+    switch driver.registerOwned(
+      fd: fd, events: cls_epollin, edgeTriggered: true, watcher: timers)
+    {
     case .success: return published.storeIfNil(timers)
     case .failure:
       close(fd)
@@ -142,7 +146,7 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
   /// Timers waiting in the heap (removed ones included until they come out). Any thread.
   var heapCount: Int { lock.withLock { _ in heap.count } }
 
-  /// Under `lock`: sets the timerfd for `deadline` (0 disarms).
+  /// Under `lock`: sets the timerfd for `deadline` (never 0, which would disarm it).
   private func arm(_ deadline: UInt64) {
     if cls_timerfd_set_abs(timerFD, deadline) != 0 {
       internalBug("timerfd_settime of the driver timers failed: errno \(cls_errno())")
@@ -189,12 +193,11 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
         due.append(unsafeDowncast(timer, to: DelayedWork.self))
       }
       heap.dropRemovedFirst()
-      var wanted: UInt64 = 0
+      // The descriptor expired (this report): a one-shot timerfd stays quiet until set again.
+      armedDeadline = 0
       if let first = heap.firstDeadline, first != .max {
-        wanted = max(first, now &+ EventLoop.timerCoalescingNanoseconds)
+        arm(max(first, now &+ EventLoop.timerCoalescingNanoseconds))
       }
-      // Always, even to the same value: the settime makes the descriptor unready.
-      arm(wanted)
     }
   }
 
