@@ -40,16 +40,31 @@ import Synchronization
 ///    have added) it is submitted like the rest, behind anything already queued: the work
 ///    of one queue keeps its deadline order either way.
 ///
-/// Scheduling (any thread, `schedule`): under `lock`, insert into the heap; only a timer that
-/// becomes the earliest, and earlier than what the descriptor is armed for, costs a
-/// `timerfd_settime` (by the scheduling thread: no wake-up of the driver, which the timerfd
-/// wakes at the deadline). Cancelling (`remove`, any thread): under `lock`, mark the entry
-/// removed (lazy removal, `TimerHeap` rule 3); the work itself was released by
-/// `DelayedWork.cancel()` before, so the closure never waits for the heap.
+/// Scheduling (any thread, `schedule`), as the event loop's `add` does it: the timer is pushed
+/// onto `pending`, a lock-free stack linked through the timers (`nextPendingInsertion`), and
+/// the scheduling thread takes `lock` only if the timer is due before the instant the timerfd
+/// is armed for (or it is not armed): then it moves the pending timers into the heap and
+/// re-arms the descriptor itself with `timerfd_settime` (no wake-up of the driver, which the
+/// timerfd wakes at the deadline). A timer due at or after the armed instant costs one
+/// exchange: the expiry at that instant moves it into the heap (step 2 starts with the
+/// pending timers). So 100k dense timers cost their scheduler what they cost on the service
+/// loop, and the heap work stays on the driver.
 ///
-/// Who may touch what: the heap, `armedDeadline` and `lastExpiry` under `lock`; the fire
-/// scratch (`FireScratch`) under `firing`, which only the poller-role holder takes; the
-/// counters are atomics; the rest is immutable.
+/// No timer is stranded (Dekker's pattern): the push and the scheduler's load of
+/// `armedForSchedulers` are sequentially consistent, and so are the poller's store of that
+/// value after each re-arm and its following load of `pending`. Either the poller sees the
+/// timer (and moves it into the heap, re-arming if it is the earliest), or the scheduler sees
+/// the deadline the poller armed (or a later-stored one) and takes the lock itself unless the
+/// timer is due no earlier than it.
+///
+/// Cancelling (`remove`, any thread): under `lock`, mark the entry removed (lazy removal,
+/// `TimerHeap` rule 3); a timer still on `pending` is dropped when it is moved (it is marked
+/// cancelled before `remove` runs). The work itself was released by `DelayedWork.cancel()`
+/// before, so the closure never waits for the heap.
+///
+/// Who may touch what: the heap, `armedDeadline` and `lastExpiry` under `lock`; `pending`
+/// and `armedForSchedulers` are atomics; the fire scratch (`FireScratch`) under `firing`,
+/// which only the poller-role holder takes; the counters are atomics; the rest is immutable.
 ///
 /// Entries dropped under `lock` (removed timers) may release the last reference to their
 /// queue: a queue's deinit takes none of our locks and runs no user code (a finalizer is
@@ -80,6 +95,14 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
   private var armedDeadline: UInt64 = 0
   /// Protected by: `lock`. The clock reading of the last expiry (the coalescing window).
   private var lastExpiry: UInt64 = 0
+
+  /// Atomic. Timers scheduled and not yet in the heap: the address of the newest, linked
+  /// through `nextPendingInsertion`, each holding one retain (taken by `schedule`, handed to
+  /// the heap or dropped by `insertPending`); 0 when empty.
+  private let pending = Atomic<UInt>(0)
+  /// Atomic. `armedDeadline` as the schedulers see it (sequentially consistent; see the
+  /// Dekker note above); 0 when the timerfd is not armed.
+  private let armedForSchedulers = Atomic<UInt64>(0)
 
   /// The scratch of a fire (step 3), reused between fires.
   private struct FireScratch {
@@ -118,17 +141,63 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
 
   // MARK: Scheduling and cancelling (any thread)
 
-  /// Adds `timer`, due at `deadline` (its own, in ns), to the heap; arms the timerfd if it is
-  /// now due first.
+  /// Schedules `timer`, due at `deadline` (its own, in ns); see "Scheduling" above.
   func schedule(_ timer: DelayedWork, deadline: UInt64) {
-    lock.withLock { _ in
-      guard heap.insert(timer), deadline != .max else { return }
-      // The earliest now. Coalescing as in step 2; never earlier than the deadline.
-      let wanted = max(deadline, lastExpiry &+ EventLoop.timerCoalescingNanoseconds, 1)
-      // Armed for an earlier instant: that expiry re-arms for this one.
-      if armedDeadline != 0 && armedDeadline <= wanted { return }
-      arm(wanted)
+    // Retained by the stack until `insertPending` takes it.
+    let node = Unmanaged<LoopTimer>.passRetained(timer)
+    let address = UInt(bitPattern: node.toOpaque())
+    var head = pending.load(ordering: .relaxed)
+    while true {
+      timer.nextPendingInsertion =
+        head == 0 ? nil : Unmanaged.fromOpaque(UnsafeRawPointer(bitPattern: head)!)
+      // Sequentially consistent: the scheduler's half of the Dekker pair (see above).
+      let (pushed, current) = pending.compareExchange(
+        expected: head, desired: address, ordering: .sequentiallyConsistent)
+      if pushed { break }
+      head = current
     }
+    guard deadline != .max else { return }  // Never due: the next expiry files it.
+    // Sequentially consistent: the other half of the pair.
+    let armed = armedForSchedulers.load(ordering: .sequentiallyConsistent)
+    if armed != 0 && armed <= deadline { return }  // That expiry files it.
+    lock.withLock { _ in
+      insertPending()
+      armForEarliest()
+    }
+  }
+
+  /// Under `lock`: moves the pending timers into the heap, in scheduling order (per thread),
+  /// dropping those cancelled meanwhile.
+  private func insertPending() {
+    guard pending.load(ordering: .relaxed) != 0 else { return }
+    // Acquiring: the pushers' timers and links are visible.
+    let head = pending.exchange(0, ordering: .acquiring)
+    var reversed: Unmanaged<LoopTimer>?
+    var node = head == 0 ? nil : Unmanaged<LoopTimer>.fromOpaque(UnsafeRawPointer(bitPattern: head)!)
+    while let current = node {
+      // Safe: each node on the stack holds the retain `schedule` took for it.
+      let timer = current.takeUnretainedValue()
+      node = timer.nextPendingInsertion
+      timer.nextPendingInsertion = reversed
+      reversed = current
+    }
+    while let current = reversed {
+      let timer = current.takeRetainedValue()  // The stack's retain, dropped here.
+      reversed = timer.nextPendingInsertion
+      timer.nextPendingInsertion = nil
+      if !timer.isCancelled { heap.insert(timer) }
+    }
+  }
+
+  /// Under `lock`: arms the timerfd for the earliest timer if it is due before the instant
+  /// the descriptor is armed for (or it is not armed); publishes the armed instant.
+  private func armForEarliest() {
+    heap.dropRemovedFirst()
+    guard let first = heap.firstDeadline, first != .max else { return }
+    // Coalescing as in step 2; never earlier than the deadline.
+    let wanted = max(first, lastExpiry &+ EventLoop.timerCoalescingNanoseconds, 1)
+    if armedDeadline != 0 && armedDeadline <= wanted { return }
+    arm(wanted)
   }
 
   /// Takes `timer` out of the heap if it is still in it (its work is already released).
@@ -146,12 +215,15 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
   /// Timers waiting in the heap (removed ones included until they come out). Any thread.
   var heapCount: Int { lock.withLock { _ in heap.count } }
 
-  /// Under `lock`: sets the timerfd for `deadline` (never 0, which would disarm it).
+  /// Under `lock`: sets the timerfd for `deadline` (never 0, which would disarm it) and
+  /// publishes it to the schedulers.
   private func arm(_ deadline: UInt64) {
     if cls_timerfd_set_abs(timerFD, deadline) != 0 {
       internalBug("timerfd_settime of the driver timers failed: errno \(cls_errno())")
     }
     armedDeadline = deadline
+    // Sequentially consistent: the poller's half of the Dekker pair (see above).
+    armedForSchedulers.store(deadline, ordering: .sequentiallyConsistent)
   }
 
   // MARK: Firing (the poller-role holder)
@@ -184,6 +256,8 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
   /// Step 2: pops the due timers into `due` and re-arms the descriptor.
   private func popDue(into due: inout [DelayedWork]) {
     lock.withLock { _ in
+      // Timers scheduled for this instant or later did not take the lock: file them first.
+      insertPending()
       let now = Deadline.now.uptimeNanoseconds
       lastExpiry = now
       while let first = heap.firstDeadline, first <= now {
@@ -192,11 +266,15 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
         // Safe: this heap holds `DelayedWork`s only (`schedule`).
         due.append(unsafeDowncast(timer, to: DelayedWork.self))
       }
-      heap.dropRemovedFirst()
       // The descriptor expired (this report): a one-shot timerfd stays quiet until set again.
       armedDeadline = 0
-      if let first = heap.firstDeadline, first != .max {
-        arm(max(first, now &+ EventLoop.timerCoalescingNanoseconds))
+      armedForSchedulers.store(0, ordering: .sequentiallyConsistent)
+      armForEarliest()
+      // The poller's load of the Dekker pair: a timer pushed before the store above that did
+      // not see it is filed here (re-arming if it is due first).
+      while pending.load(ordering: .sequentiallyConsistent) != 0 {
+        insertPending()
+        armForEarliest()
       }
     }
   }

@@ -74,8 +74,9 @@ open class LoopTimer: @unchecked Sendable {
     self.intervalNanoseconds = 0
   }
 
-  /// Loop thread only: the next timer waiting to be inserted (see `EventLoop+Timers.swift`).
-  var nextPendingInsertion: Unmanaged<LoopTimer>?
+  /// Loop thread only (an unattached timer: its heap's owner): the next timer waiting to be
+  /// inserted (see `EventLoop+Timers.swift`, LoopDispatch's `DriverTimers`).
+  package var nextPendingInsertion: Unmanaged<LoopTimer>?
 
   /// Whether ``cancel()`` has been called.
   public final var isCancelled: Bool { cancelled.load(ordering: .acquiring) }
