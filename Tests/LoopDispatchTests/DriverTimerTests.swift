@@ -180,7 +180,7 @@ import Testing
   /// in deadline order (equal deadlines in scheduling order), never early.
   @Test func timersOfOneSerialQueueRunInDeadlineOrder() {
     let queue = Queue(label: "driver-timers.order")
-    let start = Deadline.now + .milliseconds(5)
+    let start = Deadline.now + .milliseconds(50)
     // (deadline offset in 100 µs, id); ids are the expected order.
     let plan: [(Int, Int)] = [(30, 5), (5, 0), (20, 3), (10, 1), (40, 6), (20, 4), (15, 2)]
     let order = Locked([Int]())
@@ -215,7 +215,10 @@ import Testing
     }
     #expect(busyStarted.wait())
     let count = scaled(500)
-    let start = Deadline.now + .milliseconds(2)
+    // Far enough ahead that every timer is scheduled before its deadline even under
+    // ThreadSanitizer (a timer already due when scheduled is submitted at once, in
+    // scheduling order, as `async` would).
+    let start = Deadline.now + .milliseconds(500)
     // Deadlines 10 µs apart, scheduled in a scrambled order (a multiplicative walk).
     var offsets = Array(0..<count)
     var generator = SplitMix(seed: 42)
@@ -233,6 +236,11 @@ import Testing
           done.open()
         }
       }
+    }
+    guard Deadline.now < start else {
+      busyRelease.signal()
+      Issue.record("scheduling took longer than the margin")
+      return
     }
     // Every timer has fired (its work is queued behind the busy item) once the counter has
     // moved by `count` (other tests' timers may move it too: then some of ours fire after
