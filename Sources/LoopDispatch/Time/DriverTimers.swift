@@ -20,11 +20,13 @@ import Synchronization
 ///    persistent) expires at or after the deadline it is armed for; the kernel never fires it
 ///    early, and step 2 re-checks anyway. Edge-triggered, each expiry is reported once,
 ///    whether or not its count was read: no `read`, no `epoll_ctl`, ever.
-/// 2. Under `lock`: read the clock once; pop every timer whose deadline is at or before that
-///    instant (a cancelled one, already marked removed, is dropped); re-arm the descriptor
-///    for the new earliest deadline with one `timerfd_settime`, or leave it expired (a
-///    one-shot timerfd does not fire again) if no timer waits: a lone timer costs no system
-///    call here at all. The deadline armed obeys the event loop's coalescing rule
+/// 2. Under `lock`: file the pending timers (see "Scheduling"), read the clock once, pop
+///    every timer whose deadline is at or before that instant (a cancelled one, already
+///    marked removed, is dropped). After step 3, if timers fell due meanwhile, another pass
+///    (up to `maxPasses`) pops them without a timerfd round trip; otherwise re-arm the
+///    descriptor for the new earliest deadline with one `timerfd_settime`, or leave it
+///    expired (a one-shot timerfd does not fire again) if no timer waits: a lone timer costs
+///    no system call here at all. The deadline armed obeys the event loop's coalescing rule
 ///    (``EventLoop/timerCoalescingNanoseconds``): not closer than 20 µs to this expiry, never
 ///    before the deadline.
 /// 3. Outside the lock, under `firing`: each popped timer's work is claimed (the timer wins
@@ -46,7 +48,7 @@ import Synchronization
 /// is armed for (or it is not armed): then it moves the pending timers into the heap and
 /// re-arms the descriptor itself with `timerfd_settime` (no wake-up of the driver, which the
 /// timerfd wakes at the deadline). A timer due at or after the armed instant costs one
-/// exchange: the expiry at that instant moves it into the heap (step 2 starts with the
+/// compare-and-swap and one load: the expiry at that instant moves it into the heap (step 2 starts with the
 /// pending timers). So 100k dense timers cost their scheduler what they cost on the service
 /// loop, and the heap work stays on the driver.
 ///
@@ -228,12 +230,31 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
 
   // MARK: Firing (the poller-role holder)
 
+  /// Passes per expiry: timers that fall due while a pass submits its work fire in a further
+  /// pass, without a timerfd round trip (never before their deadline), as the event loop's
+  /// `fireTimerPasses` does; bounded so that the poller returns to `epoll_wait`.
+  static let maxPasses = 4
+
   func ownedDescriptorFired(_ registration: OwnedRegistration, events: UInt32) {
-    let held = firing.withLock { scratch -> (item: DelayedWorkItem, queue: Queue)? in
-      popDue(into: &scratch.due)  // Steps 1–2.
+    for pass in 0..<Self.maxPasses {
+      let held = firePass(first: pass == 0)
+      // Step 2's end: re-arm, unless timers fell due meanwhile (another pass pops them). Done
+      // before an inline run, so that a standby taking over finds the descriptor armed.
+      let another = finishPass(mayContinue: held == nil && pass + 1 < Self.maxPasses)
+      if let held {
+        runInlineOrSubmit(held.item, on: held.queue)  // Step 4, outside `firing`.
+        return
+      }
+      if !another { return }
+    }
+  }
+
+  /// Steps 2 (popping) and 3 of one pass; returns the work held back for step 4.
+  private func firePass(first: Bool) -> (item: DelayedWorkItem, queue: Queue)? {
+    firing.withLock { scratch -> (item: DelayedWorkItem, queue: Queue)? in
+      popDue(into: &scratch.due, startsExpiry: first)
       guard !scratch.due.isEmpty else { return nil }
       firedCount.wrappingAdd(UInt64(scratch.due.count), ordering: .relaxed)
-      // Step 3.
       let mayInline = driver.mayRunInline
       var held: (item: DelayedWorkItem, queue: Queue)?
       for timer in scratch.due {
@@ -250,23 +271,38 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
       scratch.batch.flush()
       return held
     }
-    if let held { runInlineOrSubmit(held.item, on: held.queue) }  // Step 4, outside `firing`.
   }
 
-  /// Step 2: pops the due timers into `due` and re-arms the descriptor.
-  private func popDue(into due: inout [DelayedWork]) {
+  /// Step 2: pops the timers due now into `due` (filing the pending ones first).
+  private func popDue(into due: inout [DelayedWork], startsExpiry: Bool) {
     lock.withLock { _ in
       // Timers scheduled for this instant or later did not take the lock: file them first.
       insertPending()
       let now = Deadline.now.uptimeNanoseconds
-      lastExpiry = now
+      // The coalescing window counts from the expiry, not from a later pass.
+      if startsExpiry { lastExpiry = now }
       while let first = heap.firstDeadline, first <= now {
         let (timer, wasRemoved) = heap.popFirst()
         if wasRemoved { continue }  // Cancelled: its work is released; drop the timer.
         // Safe: this heap holds `DelayedWork`s only (`schedule`).
         due.append(unsafeDowncast(timer, to: DelayedWork.self))
       }
+    }
+  }
+
+  /// The end of step 2: returns true (changing nothing) if `mayContinue` and a timer is due
+  /// now; otherwise re-arms the descriptor for the earliest timer (if any) and returns false.
+  private func finishPass(mayContinue: Bool) -> Bool {
+    lock.withLock { _ in
+      if mayContinue {
+        insertPending()
+        heap.dropRemovedFirst()
+        if let first = heap.firstDeadline, first <= Deadline.now.uptimeNanoseconds {
+          return true
+        }
+      }
       // The descriptor expired (this report): a one-shot timerfd stays quiet until set again.
+      // (A scheduler may have set it since; then this re-arm is one call more, never less.)
       armedDeadline = 0
       armedForSchedulers.store(0, ordering: .sequentiallyConsistent)
       armForEarliest()
@@ -276,6 +312,7 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
         insertPending()
         armForEarliest()
       }
+      return false
     }
   }
 
