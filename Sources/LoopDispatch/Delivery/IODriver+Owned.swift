@@ -72,8 +72,8 @@ extension IODriver {
         fd: fd, events: events, token: tables.nextToken, driver: self, watcher: watcher)
       tables.nextToken &+= 1
       let code = cls_epoll_control(
-        epfd, cls_epoll_ctl_add, fd, edgeTriggered ? events | cls_epollet : events | cls_epolloneshot,
-        registration.token)
+        epfd, cls_epoll_ctl_add, fd,
+        edgeTriggered ? events | cls_epollet : events | cls_epolloneshot, registration.token)
       if code != 0 { return .failure(.init(code: code)) }
       tables.owned[registration.token] = registration
       return .success(registration)

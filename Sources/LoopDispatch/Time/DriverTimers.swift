@@ -175,7 +175,8 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
     // Acquiring: the pushers' timers and links are visible.
     let head = pending.exchange(0, ordering: .acquiring)
     var reversed: Unmanaged<LoopTimer>?
-    var node = head == 0 ? nil : Unmanaged<LoopTimer>.fromOpaque(UnsafeRawPointer(bitPattern: head)!)
+    var node =
+      head == 0 ? nil : Unmanaged<LoopTimer>.fromOpaque(UnsafeRawPointer(bitPattern: head)!)
     while let current = node {
       // Safe: each node on the stack holds the retain `schedule` took for it.
       let timer = current.takeUnretainedValue()
