@@ -304,9 +304,15 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
       }
       // The descriptor expired (this report): a one-shot timerfd stays quiet until set again.
       // (A scheduler may have set it since; then this re-arm is one call more, never less.)
+      // Schedulers keep seeing the expired instant until the store below (or `arm`'s): a
+      // timer due at or after it is pushed and filed by the loop below, and a transient 0
+      // would only send schedulers to the lock, to wait for this thread.
       armedDeadline = 0
-      armedForSchedulers.store(0, ordering: .sequentiallyConsistent)
       armForEarliest()
+      if armedDeadline == 0 {
+        // Nothing armed. Sequentially consistent: the poller's store of the Dekker pair.
+        armedForSchedulers.store(0, ordering: .sequentiallyConsistent)
+      }
       // The poller's load of the Dekker pair: a timer pushed before the store above that did
       // not see it is filed here (re-arming if it is due first).
       while pending.load(ordering: .sequentiallyConsistent) != 0 {
