@@ -255,6 +255,44 @@ import Testing
     #expect(order.withLock { $0 } == Array(0..<count))
   }
 
+  /// Several threads schedule short timers at once (each racing the poller's re-arm: the
+  /// Dekker pair between the pending stack and the armed instant) onto serial queues and a
+  /// global queue, cancelling some: every timer not cancelled runs exactly once, never early.
+  /// A stranded timer would never run, and the wait would time out. (A cancelled one may
+  /// still run if it fired before its cancel; that is not checked.)
+  @Test func concurrentSchedulersStrandNoTimer() {
+    let threads = 4
+    let perThread = scaled(2_000)
+    let isCancelled: @Sendable (Int) -> Bool = { $0 % 7 == 3 }
+    let keptPerThread = (0..<perThread).filter { !isCancelled($0) }.count
+    let expected = threads * keptPerThread
+    let queues = (0..<3).map { Queue(label: "driver-timers.race-\($0)") } + [Queue.global()]
+    let ran = Counter()
+    let early = Counter()
+    let done = Latch()
+    var handles: [pthread_t] = []
+    for thread in 0..<threads {
+      handles.append(
+        startThread {
+          var generator = SplitMix(seed: UInt64(thread + 1))
+          for index in 0..<perThread {
+            let delay = Int64(generator.next() % 400)  // 0–400 µs.
+            let deadline = Deadline.now + .microseconds(delay)
+            let cancel = isCancelled(index)
+            let delayed = queues[index % queues.count].after(deadline: deadline) {
+              if Deadline.now < deadline { early.increment() }
+              if !cancel && ran.increment() == expected { done.open() }
+            }
+            if cancel { delayed.cancel() }
+          }
+        })
+    }
+    for handle in handles { pthread_join(handle, nil) }
+    #expect(done.wait())
+    #expect(ran.current == expected)
+    #expect(early.current == 0)
+  }
+
   /// `dispatch_after_f`'s form (a C function and its context) runs inline too.
   @Test func aCFunctionTimerRunsOnAnIdleSerialQueue() {
     final class Box: Sendable {
