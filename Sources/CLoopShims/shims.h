@@ -143,6 +143,7 @@ static const uint32_t cls_epollhup = EPOLLHUP;
 static const uint32_t cls_epollrdhup = EPOLLRDHUP;
 static const uint32_t cls_epolloneshot = EPOLLONESHOT;
 static const uint32_t cls_epollpri = EPOLLPRI;
+static const uint32_t cls_epollet = EPOLLET;
 static const int cls_epoll_ctl_add = EPOLL_CTL_ADD;
 static const int cls_epoll_ctl_mod = EPOLL_CTL_MOD;
 static const int cls_epoll_ctl_del = EPOLL_CTL_DEL;

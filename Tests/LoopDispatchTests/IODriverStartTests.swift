@@ -19,7 +19,7 @@ import Testing
   }
 
   /// The same with the service loop started before the table fills (a process that has
-  /// timers): only the driver's start meets the full table.
+  /// timer sources): only the driver's start meets the full table.
   @Test func aFullDescriptorTableFailsTheDriverStartNotTheProcess() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       fullTableScenario(startingTheServiceLoopFirst: true)
@@ -44,9 +44,15 @@ private func fullTableScenario(startingTheServiceLoopFirst: Bool) -> Never {
   Queue.global().async { warmed.signal() }
   if warmed.wait(timeout: .seconds(30)) == .timedOut { startTestFailure("the pool did not run") }
   if startingTheServiceLoopFirst {
+    // A timer source, whose timer is the service loop's (an `after` would start the driver:
+    // its timers are the driver's).
     let timerRan = LoopDispatch.Semaphore(value: 0)
-    Queue.global().after(.milliseconds(1)) { timerRan.signal() }
+    let timer = TimerSource(queue: Queue.global())
+    timer.setEventHandler { timerRan.signal() }
+    timer.schedule(deadline: .now + .milliseconds(1))
+    timer.activate()
     if timerRan.wait(timeout: .seconds(30)) == .timedOut { startTestFailure("no timer") }
+    timer.cancel()
   }
   var fds: [Int32] = [-1, -1]
   guard pipe(&fds) == 0 else { startTestFailure("pipe: errno \(errno)") }

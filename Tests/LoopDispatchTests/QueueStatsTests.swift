@@ -256,6 +256,14 @@ import Testing
     let fired = Latch()
     Queue.global().after(.milliseconds(1)) { fired.open() }
     #expect(fired.wait())
+    // Timer sources of non-main queues are the service loop's.
+    let ticked = Latch()
+    let timer = TimerSource(queue: Queue(label: "stats.timer"))
+    timer.setEventHandler { ticked.open() }
+    timer.schedule(deadline: .now + .milliseconds(1))
+    timer.activate()
+    #expect(ticked.wait())
+    timer.cancel()
     var fds: [Int32] = [0, 0]
     #expect(pipe(&fds) == 0)
     defer { close(fds[1]) }
@@ -271,6 +279,8 @@ import Testing
     let afterAll = RuntimeStats.current
     let after = afterAll.serviceLoop
     #expect(after.timersFired > before.timersFired)
+    // `after` timers of non-main queues are the I/O driver's.
+    #expect(afterAll.ioTimersFired > beforeAll.ioTimersFired)
     // fd readiness of non-main sources is seen by the I/O driver, not the service loop.
     #expect(afterAll.ioEvents > beforeAll.ioEvents)
     #expect(after.turns > before.turns)

@@ -57,16 +57,23 @@ protocol OwnedDescriptorWatcher: AnyObject, Sendable {
 
 extension IODriver {
   /// Watches `fd` (owned by `watcher`) for `events`, one-shot (rule 1). Any thread.
+  ///
+  /// `edgeTriggered: true` registers the descriptor persistent and edge-triggered
+  /// (`EPOLLET`) instead, for a descriptor whose every new readiness is worth one report
+  /// without the watcher consuming it (the driver timers' timerfd: the kernel reports each
+  /// expiry, read or not): no `epoll_ctl` per report, and rule 3 does not apply (`armed` is
+  /// never read for it).
   /// - Returns: the registration to re-arm and unregister with, or an errno.
   func registerOwned(
-    fd: Int32, events: UInt32, watcher: any OwnedDescriptorWatcher
+    fd: Int32, events: UInt32, edgeTriggered: Bool = false, watcher: any OwnedDescriptorWatcher
   ) -> Result<OwnedRegistration, IORegistrationError> {
     lock.withLock { tables -> Result<OwnedRegistration, IORegistrationError> in
       let registration = OwnedRegistration(
         fd: fd, events: events, token: tables.nextToken, driver: self, watcher: watcher)
       tables.nextToken &+= 1
       let code = cls_epoll_control(
-        epfd, cls_epoll_ctl_add, fd, events | cls_epolloneshot, registration.token)
+        epfd, cls_epoll_ctl_add, fd,
+        edgeTriggered ? events | cls_epollet : events | cls_epolloneshot, registration.token)
       if code != 0 { return .failure(.init(code: code)) }
       tables.owned[registration.token] = registration
       return .success(registration)

@@ -4,7 +4,9 @@ import MainLoop
 import Synchronization
 
 /// The I/O driver: readiness of the descriptors of sources that do not target the main queue,
-/// delivered from one epoll set, with the handler run on the thread that saw the event.
+/// delivered from one epoll set, with the handler run on the thread that saw the event. The
+/// `after` timers of those queues fire here too, from one timerfd in the same set
+/// (`Time/DriverTimers.swift`), and run their work inline by the same rules.
 ///
 /// Walk-through of one event (a readable socket whose source targets an idle serial queue):
 /// 1. The source registered its descriptor one-shot (`EPOLLONESHOT`) with a token naming its

@@ -58,7 +58,7 @@ public struct RuntimeStats: Sendable, CustomStringConvertible {
   public var poolGrowthEvents: UInt64
   /// The main loop (the process main thread).
   public var mainLoop: LoopStats
-  /// The service loop (timers of non-main queues, non-main sources).
+  /// The service loop (timer and signal sources of non-main queues).
   public var serviceLoop: LoopStats
   /// Main-queue stalls reported by the watchdog (``Queue/setMainStallThreshold(_:)``).
   public var mainStalls: UInt64
@@ -69,6 +69,14 @@ public struct RuntimeStats: Sendable, CustomStringConvertible {
   public var ioEvents: UInt64
   /// Source handlers the I/O driver ran on the thread that saw the event (no hand-off).
   public var ioInlineHandlers: UInt64
+  /// `after` timers of non-main queues waiting in the I/O driver's timer heap (cancelled
+  /// ones included until they leave it).
+  public var ioPendingTimers: Int
+  /// `after` timers the I/O driver fired.
+  public var ioTimersFired: UInt64
+  /// Of those, the ones whose work ran on the driver thread that saw the timer fire (an
+  /// idle serial queue: no hand-off).
+  public var ioInlineTimers: UInt64
   /// The global queues, the main queue and every live custom queue that has received work,
   /// one entry each (a queue's counters are created with its first item, so a queue that
   /// never ran anything costs nothing and is not listed).
@@ -79,8 +87,10 @@ public struct RuntimeStats: Sendable, CustomStringConvertible {
   /// in ``queuesByLabel`` restart from its live queues' figures.
   public var releasedQueues: [QueueStats]
 
-  /// Timers pending on the main loop and on the service loop.
-  public var pendingTimers: Int { mainLoop.pendingTimers + serviceLoop.pendingTimers }
+  /// Timers pending on the main loop, the service loop and the I/O driver.
+  public var pendingTimers: Int {
+    mainLoop.pendingTimers + serviceLoop.pendingTimers + ioPendingTimers
+  }
   /// fd and signal watches registered on the main loop, the service loop and the I/O driver.
   public var registeredWatches: Int {
     mainLoop.registeredWatches + serviceLoop.registeredWatches + ioWatches
@@ -113,6 +123,9 @@ public struct RuntimeStats: Sendable, CustomStringConvertible {
       ioWatches: IODriver.registeredCount,
       ioEvents: IODriver.eventCount,
       ioInlineHandlers: IODriver.inlineCount,
+      ioPendingTimers: DriverTimers.running?.heapCount ?? 0,
+      ioTimersFired: DriverTimers.running?.firedCount.load(ordering: .relaxed) ?? 0,
+      ioInlineTimers: DriverTimers.running?.inlineCount.load(ordering: .relaxed) ?? 0,
       queues: live,
       releasedQueues: released)
   }
@@ -135,7 +148,8 @@ public struct RuntimeStats: Sendable, CustomStringConvertible {
         "\(poolGrowthEvents)"
       ),
       (
-        "timers_pending", "gauge", "Timers pending on the main and service loops.",
+        "timers_pending", "gauge",
+        "Timers pending on the main and service loops and the I/O driver.",
         "\(pendingTimers)"
       ),
       (
@@ -150,6 +164,15 @@ public struct RuntimeStats: Sendable, CustomStringConvertible {
       (
         "io_inline_handlers_total", "counter",
         "Source handlers run on the I/O driver thread that saw the event.", "\(ioInlineHandlers)"
+      ),
+      (
+        "io_timers_fired_total", "counter", "after timers fired by the I/O driver.",
+        "\(ioTimersFired)"
+      ),
+      (
+        "io_inline_timers_total", "counter",
+        "after timers whose work ran on the I/O driver thread that fired them.",
+        "\(ioInlineTimers)"
       ),
     ]
     for (name, loop) in [("main_loop", mainLoop), ("service_loop", serviceLoop)] {

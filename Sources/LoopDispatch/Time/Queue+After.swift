@@ -28,17 +28,20 @@ enum DelayedWorkItem: Sendable {
 
 /// A handle to work scheduled with ``Queue/after(_:execute:)``; cancel it before it fires.
 ///
-/// A `DelayedWork` is its own timer (a ``LoopTimer`` on the loop that keeps its queue's
-/// timers): one `after` allocates this one object besides the caller's closure, and
-/// `dispatch_after_f` this object only.
+/// A `DelayedWork` is its own timer (a ``LoopTimer``, kept by the I/O driver's timer heap,
+/// `DriverTimers`, or by the loop that keeps its queue's timers: the main loop, or a loop a
+/// test passed): one `after` allocates this one object besides the caller's closure, and
+/// `dispatch_after_f` this object only. A driver timer is on no loop (``LoopTimer/loop`` is
+/// nil).
 ///
 /// Walk-through: `state` leaves "waiting" exactly once: by a CAS to "fired" (the timer's
 /// loop submits the work) or by `cancel()` setting the "cancelled" bit first (the work is
 /// released by `cancel()` itself). Only the winner touches `item`; a later `cancel()` only
-/// sets its bit. `cancel()` also removes the timer from its loop (``LoopTimer/cancel()``).
+/// sets its bit. `cancel()` also removes the timer from its heap (`DriverTimers.remove`) or
+/// its loop (``LoopTimer/cancel()``).
 ///
 /// Size: 120 bytes (checked by a test), the largest request glibc serves from its fastbins.
-/// A timer is allocated by the scheduling thread and freed by the service thread; above
+/// A timer is allocated by the scheduling thread and freed by the firing thread; above
 /// that size each free took the allocating arena's lock (against the scheduler's mallocs)
 /// and consolidated chunks, which showed as `_int_free`, `unlink_chunk` and lock waits on
 /// the service thread (perf, after_dense). Fastbin frees take no lock. Hence the one-byte
@@ -54,22 +57,40 @@ public final class DelayedWork: LoopTimer, @unchecked Sendable {
   private static let cancelledState: UInt8 = 2
 
   private let state = Atomic<UInt8>(0)
-  /// Immutable. Whether the timer is on the service loop, whose fires are submitted in one
-  /// batch per queue per pass; decided by the caller, which chose the loop, so that neither
-  /// this init nor a fire loads a loop. (Declared beside `state`, in its padding.)
-  private let firesInBatches: Bool
+  /// Who keeps the timer and how its fire is submitted.
+  enum Home: UInt8 {
+    /// The I/O driver's timer heap (`DriverTimers`), which may run the work inline.
+    case driver
+    /// The service loop, whose fires are submitted in one batch per queue per pass (a
+    /// virtual-time test's loop, or the fallback when the driver cannot start).
+    case serviceLoop
+    /// Another loop (the main loop, a test's loop): each fire is submitted at once.
+    case loop
+  }
+  /// Immutable. Decided by the caller, which chose the heap or loop, so that neither this
+  /// init nor a fire loads a loop. (Declared beside `state`, in its padding.)
+  private let home: Home
   private var item: DelayedWorkItem?
   /// The queue the work will be submitted to.
   public let queue: Queue
 
+  /// A timer on `loop` (`home` `.serviceLoop` or `.loop`).
   init(
     queue: Queue, loop: EventLoop, deadline: Deadline, item: DelayedWorkItem,
     firesInBatches: Bool
   ) {
     self.queue = queue
     self.item = item
-    self.firesInBatches = firesInBatches
+    self.home = firesInBatches ? .serviceLoop : .loop
     super.init(loop: loop, deadline: deadline)
+  }
+
+  /// A timer for the driver timer heap (`DriverTimers`).
+  init(queue: Queue, driverDeadline deadline: Deadline, item: DelayedWorkItem) {
+    self.queue = queue
+    self.item = item
+    self.home = .driver
+    super.init(unattachedDeadline: deadline)
   }
 
   /// Stops the work from being submitted. The closure, and what it captured, is released
@@ -80,12 +101,14 @@ public final class DelayedWork: LoopTimer, @unchecked Sendable {
     if previous == Self.waiting {
       item = nil
     }
-    super.cancel()
+    super.cancel()  // Marks the timer; a driver timer is on no loop, so nothing more.
+    // Still waiting: the timer is in the heap, or being popped (then `remove` finds it out).
+    if home == .driver && previous == Self.waiting { DriverTimers.shared?.remove(self) }
   }
 
   /// Takes the work if the timer wins it (not cancelled first); at most once.
   @inline(__always)
-  private func claimItem() -> DelayedWorkItem? {
+  func claimItem() -> DelayedWorkItem? {
     guard
       state.compareExchange(
         expected: Self.waiting, desired: Self.fired, ordering: .acquiringAndReleasing
@@ -103,9 +126,10 @@ public final class DelayedWork: LoopTimer, @unchecked Sendable {
 extension Queue {
   /// Submits `work` to this queue no earlier than `delay` from now.
   ///
-  /// Timers of the main queue live on the main loop; the others on LoopDispatch's service
-  /// thread, which enqueues the work here when it fires. A delay of zero or less behaves
-  /// like ``async(flags:execute:)``.
+  /// Timers of the main queue (and of queues targeting it) live on the main loop; the others
+  /// on LoopDispatch's I/O driver, whose thread runs the work where the timer fired when
+  /// this queue is serial and idle, and otherwise enqueues it here. A delay of zero or less
+  /// behaves like ``async(flags:execute:)``.
   @discardableResult
   public func after(_ delay: Duration, execute work: @escaping @Sendable () -> Void) -> DelayedWork
   {
@@ -141,13 +165,24 @@ extension Queue {
       firesInBatches: loop !== EventLoop.main && loop === ServiceLoop.shared)
   }
 
-  /// Schedules `item` on the loop that keeps this queue's timers (`ServiceLoop.loop(for:)`):
-  /// the main loop, whose fires are submitted at once, or the service loop, whose fires
-  /// are batched.
+  /// Schedules `item` where this queue's timers are kept: the main loop for a chain ending
+  /// at the main queue (fires submitted at once, onto the loop's own thread), else the I/O
+  /// driver's timer heap (`DriverTimers`: fires run inline on an idle serial queue, else are
+  /// batched), or the service loop if the driver could not start.
   @inline(__always)
   private func scheduleDelayed(_ item: DelayedWorkItem, at deadline: Deadline) -> DelayedWork {
     if root.kind == .main {
       return scheduleDelayed(item, at: deadline, on: EventLoop.main, firesInBatches: false)
+    }
+    if let timers = DriverTimers.shared {
+      let delayed = DelayedWork(queue: self, driverDeadline: deadline, item: item)
+      let nanoseconds = deadline.uptimeNanoseconds
+      if nanoseconds <= Deadline.now.uptimeNanoseconds {
+        delayed.fireNow()
+      } else {
+        timers.schedule(delayed, deadline: nanoseconds)
+      }
+      return delayed
     }
     return scheduleDelayed(item, at: deadline, on: ServiceLoop.shared, firesInBatches: true)
   }
@@ -199,7 +234,7 @@ extension DelayedWork: LoopTimerTarget {
   /// same thread: no wake-up to save).
   package func loopTimerFired() {
     guard let item = claimItem() else { return }
-    if firesInBatches {
+    if home == .serviceLoop {
       TimerFireBatch.service.add(item, to: queue)
     } else {
       queue.submit(item)

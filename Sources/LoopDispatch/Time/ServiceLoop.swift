@@ -1,8 +1,10 @@
 import MainLoop
 
-/// The dedicated thread whose event loop keeps the timers of every queue except the main
-/// queue (whose timers live on the main loop) and watches the signals of sources that do not
-/// target the main queue (their descriptors are the I/O driver's: `Delivery/IODriver.swift`).
+/// The dedicated thread whose event loop keeps the timers of timer sources (and `Task.sleep`)
+/// of every queue except those whose chain ends at the main queue (whose timers live on the
+/// main loop), and watches the signals of sources that do not target the main queue. The
+/// `after` timers of those queues are the I/O driver's (`Time/DriverTimers.swift`), unless
+/// the driver could not start, and so are their descriptors (`Delivery/IODriver.swift`).
 /// It never runs user code: a fired timer only enqueues work onto its queue, so its timers
 /// stay punctual.
 enum ServiceLoop {

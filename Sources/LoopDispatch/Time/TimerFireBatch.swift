@@ -1,7 +1,8 @@
 import MainLoop
 
-/// The work of the `after` timers that fired in one pass of the service loop, grouped by
-/// queue and submitted once per queue at the end of the pass.
+/// The work of the `after` timers that fired in one pass of the service loop, or in one
+/// expiry of the I/O driver's timers (`DriverTimers`), grouped by queue and submitted once
+/// per queue at the end of the pass.
 ///
 /// Why: 100k `after`s onto a global queue fire in dense bursts; submitting each on its own
 /// decided a wake-up per timer (`try_to_wake_up` was a tenth of all CPU samples, perf).
@@ -17,10 +18,12 @@ import MainLoop
 /// Order: work keeps the order its timers fired in (deadline order) within each queue; the
 /// queues are submitted in the order their first timer fired.
 ///
-/// Thread-safety: the service loop thread only (`add` from `DelayedWork.loopTimerFired`,
-/// `flush` from the loop's timer-pass observer).
+/// Thread-safety: one owner at a time: the service loop thread for `service` (`add` from
+/// `DelayedWork.loopTimerFired`, `flush` from the loop's timer-pass observer), the holder of
+/// `DriverTimers.firing` for the driver's batch.
 final class TimerFireBatch: @unchecked Sendable {
-  // @unchecked Sendable: every member is touched by the service loop thread only.
+  // @unchecked Sendable: every member is touched by the batch's one owner at a time (see
+  // above).
 
   /// The batch of the service loop (installed as its timer-pass observer by `ServiceLoop`).
   static let service = TimerFireBatch()

@@ -16,7 +16,8 @@ import Synchronization
 /// object per `after`); its initialisers are package-only, so no other subclass can exist.
 open class LoopTimer: @unchecked Sendable {
   // @unchecked Sendable: `deadline`, `heapState`, `sequence`, `handler` and
-  // `nextPendingInsertion` are only touched on the loop thread (they are written before the
+  // `nextPendingInsertion` are only touched on the loop thread (an unattached timer's heap
+  // fields: under the lock of the heap that keeps it) (they are written before the
   // timer is published to it, through the pending-insertion stack, or by the loop itself, or
   // by its deinit, which every loop-thread access happens-before); `cancelled` is atomic;
   // `anchor` is immutable and its weak reference's loads are thread-safe.
@@ -44,7 +45,7 @@ open class LoopTimer: @unchecked Sendable {
   // size matters.
   /// Whether the timer is in its loop's heap, and if so whether it was removed from it
   /// (cancelled: removal is lazy, see `TimerHeap`). Only touched on the loop thread.
-  var heapState: TimerHeap.Membership = .outside
+  package internal(set) var heapState: TimerHeap.Membership = .outside
   /// Atomic. Set once by `cancel()`; the loop checks it (acquiring) before each fire.
   private let cancelled = Atomic<Bool>(false)
 
@@ -64,8 +65,18 @@ open class LoopTimer: @unchecked Sendable {
     self.intervalNanoseconds = 0
   }
 
-  /// Loop thread only: the next timer waiting to be inserted (see `EventLoop+Timers.swift`).
-  var nextPendingInsertion: Unmanaged<LoopTimer>?
+  /// A one-shot timer on no loop, for package code that keeps it in a heap of its own
+  /// (LoopDispatch's driver timers, `DriverTimers`): ``loop`` is nil, ``cancel()`` only
+  /// marks it, and its heap fields are protected by whoever keeps that heap.
+  package init(unattachedDeadline deadline: Deadline) {
+    self.anchor = LoopAnchor.unattached
+    self.deadline = deadline.uptimeNanoseconds
+    self.intervalNanoseconds = 0
+  }
+
+  /// Loop thread only (an unattached timer: its heap's owner): the next timer waiting to be
+  /// inserted (see `EventLoop+Timers.swift`, LoopDispatch's `DriverTimers`).
+  package var nextPendingInsertion: Unmanaged<LoopTimer>?
 
   /// Whether ``cancel()`` has been called.
   public final var isCancelled: Bool { cancelled.load(ordering: .acquiring) }
@@ -110,6 +121,14 @@ final class LoopAnchor: Sendable {
   /// The loop, for loops that live as long as the process (a deliberate cycle: loop ->
   /// anchor -> loop, for objects that are never released).
   private let immortalLoop: EventLoop?
+
+  /// The anchor of timers on no loop (`LoopTimer.init(unattachedDeadline:)`).
+  static let unattached = LoopAnchor()
+
+  private init() {
+    immortalLoop = nil
+    weakLoop = nil
+  }
 
   init(_ loop: EventLoop, livesForever: Bool) {
     if livesForever {

@@ -23,10 +23,11 @@
 ///    of it (and at least `compactionFloor`), so cancelled timers never hold more than
 ///    about as many entries as live ones, at an amortised O(1) per removal.
 ///
-/// Only touched on the loop thread.
-struct TimerHeap: ~Copyable {
+/// Only touched on the loop thread (or, for LoopDispatch's driver timers, under their lock:
+/// `DriverTimers`).
+package struct TimerHeap: ~Copyable {
   /// Where a timer stands with respect to its loop's heap (`LoopTimer.heapState`).
-  enum Membership {
+  package enum Membership {
     /// Not in the heap: not yet inserted, fired, or popped after its removal.
     case outside
     /// In the heap and live.
@@ -49,12 +50,12 @@ struct TimerHeap: ~Copyable {
   private var entries: UnsafeMutablePointer<Entry>
   private var capacity: Int
   /// Entries in the heap, removed ones included.
-  private(set) var count = 0
+  package private(set) var count = 0
   /// Entries whose timer was removed (rule 3).
   private(set) var removedCount = 0
   private var nextSequence: UInt64 = 0
 
-  init() {
+  package init() {
     capacity = 16
     entries = .allocate(capacity: capacity)
   }
@@ -66,7 +67,7 @@ struct TimerHeap: ~Copyable {
   }
 
   /// The earliest entry's deadline, nil when the heap is empty (the entry may be removed).
-  var firstDeadline: UInt64? { count > 0 ? entries[0].deadline : nil }
+  package var firstDeadline: UInt64? { count > 0 ? entries[0].deadline : nil }
 
   /// The earliest entry's timer (possibly a removed one), unretained: valid while it stays
   /// in the heap.
@@ -78,7 +79,7 @@ struct TimerHeap: ~Copyable {
   /// Adds `timer` (outside the heap) at its `deadline`. Returns whether it is now the
   /// earliest entry.
   @discardableResult
-  mutating func insert(_ timer: LoopTimer) -> Bool {
+  package mutating func insert(_ timer: LoopTimer) -> Bool {
     timer.sequence = nextSequence
     nextSequence &+= 1
     timer.heapState = .queued
@@ -94,7 +95,7 @@ struct TimerHeap: ~Copyable {
   /// Takes the earliest entry out and returns its timer with the entry's retain, its
   /// `heapState` now `.outside`; `wasRemoved` tells whether it had been removed (rule 3).
   /// The heap must not be empty.
-  mutating func popFirst() -> (timer: LoopTimer, wasRemoved: Bool) {
+  package mutating func popFirst() -> (timer: LoopTimer, wasRemoved: Bool) {
     precondition(count > 0, "popFirst on an empty timer heap")
     // Safe: entry 0 is initialised (count > 0) and holds one retain (rule 1), handed to the
     // caller here; the entry is overwritten or left beyond `count` below.
@@ -108,7 +109,7 @@ struct TimerHeap: ~Copyable {
   }
 
   /// Flags `timer`, which must be queued in this heap, as removed (rule 3).
-  mutating func markRemoved(_ timer: LoopTimer) {
+  package mutating func markRemoved(_ timer: LoopTimer) {
     assert(timer.heapState == .queued, "markRemoved on a timer that is not queued")
     timer.heapState = .removed
     removedCount += 1
@@ -116,7 +117,7 @@ struct TimerHeap: ~Copyable {
 
   /// Pops the removed entries at the top, releasing them, so that the earliest entry (if
   /// any) is live.
-  mutating func dropRemovedFirst() {
+  package mutating func dropRemovedFirst() {
     while count > 0,
       // Safe: the entry's retain keeps the timer alive while it is read.
       entries[0].timer._withUnsafeGuaranteedRef({ $0.heapState == .removed })
@@ -127,7 +128,7 @@ struct TimerHeap: ~Copyable {
 
   /// Rebuilds the heap without its removed entries if they are more than half of it and at
   /// least `compactionFloor` (rule 3). O(count).
-  mutating func compactIfMostlyRemoved() {
+  package mutating func compactIfMostlyRemoved() {
     guard removedCount >= Self.compactionFloor, removedCount * 2 > count else { return }
     var kept = 0
     for index in 0..<count {

@@ -1,0 +1,345 @@
+import CLoopShims
+import Glibc
+import MainLoop
+import Synchronization
+
+/// The `after` timers of every queue whose chain does not end at the main queue: a deadline
+/// heap behind a lock and one timerfd in the I/O driver's epoll set, fired by whichever driver
+/// thread holds the poller role, which runs the work itself when the target is an idle
+/// serial queue.
+///
+/// Why here and not on the service loop: the service loop is a libevent loop on one thread,
+/// so it can never run user code (nothing could take over its timers if a handler blocked);
+/// a fired timer there is a submission, and on an idle serial queue that submission wakes a
+/// pool worker — a second thread hop after the timer's own wake-up (10–40 µs on these VMs).
+/// The driver has two threads sharing the poller role with a standby and a watchdog, so a
+/// timer's work can run where the timer fired, as an fd handler does (`IODriver.swift`).
+///
+/// Firing walk-through (`ownedDescriptorFired`, the poller-role holder):
+/// 1. The timerfd (absolute `CLOCK_MONOTONIC`, one-shot, registered edge-triggered and
+///    persistent) expires at or after the deadline it is armed for; the kernel never fires it
+///    early, and step 2 re-checks anyway. Edge-triggered, each expiry is reported once,
+///    whether or not its count was read: no `read`, no `epoll_ctl`, ever.
+/// 2. Under `lock`: file the pending timers (see "Scheduling"), read the clock once, pop
+///    every timer whose deadline is at or before that instant (a cancelled one, already
+///    marked removed, is dropped). After step 3, if timers fell due meanwhile, another pass
+///    (up to `maxPasses`) pops them without a timerfd round trip; otherwise re-arm the
+///    descriptor for the new earliest deadline with one `timerfd_settime`, or leave it
+///    expired (a one-shot timerfd does not fire again) if no timer waits: a lone timer costs
+///    no system call here at all. The deadline armed obeys the event loop's coalescing rule
+///    (``EventLoop/timerCoalescingNanoseconds``): not closer than 20 µs to this expiry, never
+///    before the deadline.
+/// 3. Outside the lock, under `firing`: each popped timer's work is claimed (the timer wins
+///    it unless `cancel()` came first). All of it is grouped per queue and submitted in one
+///    batch per queue (`TimerFireBatch`, as the service loop did), except the last claimed
+///    work when its queue is serial and the event may run inline (the last of its
+///    `epoll_wait` batch, no other inline run, a standby exists): that one is held back.
+/// 4. The held-back work runs inline if its queue's whole chain is idle: claimed as an
+///    uncontended `sync` claims it (`trySyncLockChain`), run through `IODriver.runInline`
+///    (the poller role is released meanwhile, so if the work blocks the standby takes over
+///    within ~4 ms and other timers and descriptors keep firing), then the chain is released.
+///    Otherwise (the queue is busy or has work queued, which the batch of step 3 may just
+///    have added) it is submitted like the rest, behind anything already queued: the work
+///    of one queue keeps its deadline order either way.
+///
+/// Scheduling (any thread, `schedule`), as the event loop's `add` does it: the timer is pushed
+/// onto `pending`, a lock-free stack linked through the timers (`nextPendingInsertion`), and
+/// the scheduling thread takes `lock` only if the timer is due before the instant the timerfd
+/// is armed for (or it is not armed): then it moves the pending timers into the heap and
+/// re-arms the descriptor itself with `timerfd_settime` (no wake-up of the driver, which the
+/// timerfd wakes at the deadline). A timer due at or after the armed instant costs one
+/// compare-and-swap and one load: the expiry at that instant moves it into the heap (step 2 starts with the
+/// pending timers). So 100k dense timers cost their scheduler what they cost on the service
+/// loop, and the heap work stays on the driver.
+///
+/// No timer is stranded (Dekker's pattern): the push and the scheduler's load of
+/// `armedForSchedulers` are sequentially consistent, and so are the poller's store of that
+/// value after each re-arm and its following load of `pending`. Either the poller sees the
+/// timer (and moves it into the heap, re-arming if it is the earliest), or the scheduler sees
+/// the deadline the poller armed (or a later-stored one) and takes the lock itself unless the
+/// timer is due no earlier than it.
+///
+/// Cancelling (`remove`, any thread): under `lock`, mark the entry removed (lazy removal,
+/// `TimerHeap` rule 3); a timer still on `pending` is dropped when it is moved (it is marked
+/// cancelled before `remove` runs). The work itself was released by `DelayedWork.cancel()`
+/// before, so the closure never waits for the heap.
+///
+/// Who may touch what: the heap, `armedDeadline` and `lastExpiry` under `lock`; `pending`
+/// and `armedForSchedulers` are atomics; the fire scratch (`FireScratch`) under `firing`,
+/// which only the poller-role holder takes; the counters are atomics; the rest is immutable.
+///
+/// Entries dropped under `lock` (removed timers) may release the last reference to their
+/// queue: a queue's deinit takes none of our locks and runs no user code (a finalizer is
+/// submitted), so that is safe.
+final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
+  // @unchecked Sendable: the mutable state is behind `lock` or `firing`, or atomic, as stated
+  // above.
+
+  /// The driver timers, started with the I/O driver on first use; nil if the driver or the
+  /// timerfd could not be started (no descriptor left, no thread), in which case `after`
+  /// keeps its timers on the service loop for the life of the process.
+  static let shared: DriverTimers? = start()
+
+  /// The driver timers if they were started (for `RuntimeStats`, which must not start them).
+  /// Acquiring load; pairs with the releasing `storeIfNil` in `start`.
+  static var running: DriverTimers? { published.load() }
+  private static let published = AtomicLazyReference<DriverTimers>()
+
+  let driver: IODriver
+  private let timerFD: Int32
+
+  /// Protects the fields below it (a count, not `()`: see `IODriver.starting`).
+  private let lock = LockedValue(0, adaptive: true)
+  /// Protected by: `lock`.
+  private var heap = TimerHeap()
+  /// Protected by: `lock`. The instant the timerfd is armed for; 0 when it is not armed (it
+  /// has expired, or was never armed).
+  private var armedDeadline: UInt64 = 0
+  /// Protected by: `lock`. The clock reading of the last expiry (the coalescing window).
+  private var lastExpiry: UInt64 = 0
+
+  /// Atomic. Timers scheduled and not yet in the heap: the address of the newest, linked
+  /// through `nextPendingInsertion`, each holding one retain (taken by `schedule`, handed to
+  /// the heap or dropped by `insertPending`); 0 when empty.
+  private let pending = Atomic<UInt>(0)
+  /// Atomic. `armedDeadline` as the schedulers see it (sequentially consistent; see the
+  /// Dekker note above); 0 when the timerfd is not armed.
+  private let armedForSchedulers = Atomic<UInt64>(0)
+
+  /// The scratch of a fire (step 3), reused between fires.
+  private struct FireScratch {
+    var due: [DelayedWork] = []
+    let batch = TimerFireBatch()
+  }
+  /// Protected by: its lock (taken by the poller-role holder only, so never contended; a lock
+  /// rather than the role's own hand-off so that ThreadSanitizer sees the protection).
+  private let firing = LockedValue(FireScratch())
+
+  /// Atomic. Timers fired (their work claimed and submitted or run), and how many of them ran
+  /// inline on a driver thread (for `RuntimeStats` and tests).
+  let firedCount = Atomic<UInt64>(0)
+  let inlineCount = Atomic<UInt64>(0)
+
+  private init(driver: IODriver, timerFD: Int32) {
+    self.driver = driver
+    self.timerFD = timerFD
+  }
+
+  private static func start() -> DriverTimers? {
+    guard case .success(let driver) = IODriver.start() else { return nil }
+    let fd = cls_timerfd_create_monotonic()
+    if fd < 0 { return nil }
+    let timers = DriverTimers(driver: driver, timerFD: fd)
+    // The registration keeps `timers` (its watcher) for the life of the process.
+    switch driver.registerOwned(
+      fd: fd, events: cls_epollin, edgeTriggered: true, watcher: timers)
+    {
+    case .success: return published.storeIfNil(timers)
+    case .failure:
+      close(fd)
+      return nil
+    }
+  }
+
+  // MARK: Scheduling and cancelling (any thread)
+
+  /// Schedules `timer`, due at `deadline` (its own, in ns); see "Scheduling" above.
+  func schedule(_ timer: DelayedWork, deadline: UInt64) {
+    // Retained by the stack until `insertPending` takes it.
+    let node = Unmanaged<LoopTimer>.passRetained(timer)
+    let address = UInt(bitPattern: node.toOpaque())
+    var head = pending.load(ordering: .relaxed)
+    while true {
+      timer.nextPendingInsertion =
+        head == 0 ? nil : Unmanaged.fromOpaque(UnsafeRawPointer(bitPattern: head)!)
+      // Sequentially consistent: the scheduler's half of the Dekker pair (see above).
+      let (pushed, current) = pending.compareExchange(
+        expected: head, desired: address, ordering: .sequentiallyConsistent)
+      if pushed { break }
+      head = current
+    }
+    guard deadline != .max else { return }  // Never due: the next expiry files it.
+    // Sequentially consistent: the other half of the pair.
+    let armed = armedForSchedulers.load(ordering: .sequentiallyConsistent)
+    if armed != 0 && armed <= deadline { return }  // That expiry files it.
+    lock.withLock { _ in
+      insertPending()
+      armForEarliest()
+    }
+  }
+
+  /// Under `lock`: moves the pending timers into the heap, in scheduling order (per thread),
+  /// dropping those cancelled meanwhile.
+  private func insertPending() {
+    guard pending.load(ordering: .relaxed) != 0 else { return }
+    // Acquiring: the pushers' timers and links are visible.
+    let head = pending.exchange(0, ordering: .acquiring)
+    var reversed: Unmanaged<LoopTimer>?
+    var node =
+      head == 0 ? nil : Unmanaged<LoopTimer>.fromOpaque(UnsafeRawPointer(bitPattern: head)!)
+    while let current = node {
+      // Safe: each node on the stack holds the retain `schedule` took for it.
+      let timer = current.takeUnretainedValue()
+      node = timer.nextPendingInsertion
+      timer.nextPendingInsertion = reversed
+      reversed = current
+    }
+    while let current = reversed {
+      let timer = current.takeRetainedValue()  // The stack's retain, dropped here.
+      reversed = timer.nextPendingInsertion
+      timer.nextPendingInsertion = nil
+      if !timer.isCancelled { heap.insert(timer) }
+    }
+  }
+
+  /// Under `lock`: arms the timerfd for the earliest timer if it is due before the instant
+  /// the descriptor is armed for (or it is not armed); publishes the armed instant.
+  private func armForEarliest() {
+    heap.dropRemovedFirst()
+    guard let first = heap.firstDeadline, first != .max else { return }
+    // Coalescing as in step 2; never earlier than the deadline.
+    let wanted = max(first, lastExpiry &+ EventLoop.timerCoalescingNanoseconds, 1)
+    if armedDeadline != 0 && armedDeadline <= wanted { return }
+    arm(wanted)
+  }
+
+  /// Takes `timer` out of the heap if it is still in it (its work is already released).
+  func remove(_ timer: DelayedWork) {
+    lock.withLock { _ in
+      guard timer.heapState == .queued else { return }  // Fired, or being fired.
+      heap.markRemoved(timer)
+      // The earliest entry stays live (`schedule` compares with it); the timerfd may stay
+      // armed for the removed deadline: that expiry finds nothing due and re-arms.
+      heap.dropRemovedFirst()
+      heap.compactIfMostlyRemoved()
+    }
+  }
+
+  /// Timers waiting in the heap (removed ones included until they come out). Any thread.
+  var heapCount: Int { lock.withLock { _ in heap.count } }
+
+  /// Under `lock`: sets the timerfd for `deadline` (never 0, which would disarm it) and
+  /// publishes it to the schedulers.
+  private func arm(_ deadline: UInt64) {
+    if cls_timerfd_set_abs(timerFD, deadline) != 0 {
+      internalBug("timerfd_settime of the driver timers failed: errno \(cls_errno())")
+    }
+    armedDeadline = deadline
+    // Sequentially consistent: the poller's half of the Dekker pair (see above).
+    armedForSchedulers.store(deadline, ordering: .sequentiallyConsistent)
+  }
+
+  // MARK: Firing (the poller-role holder)
+
+  /// Passes per expiry: timers that fall due while a pass submits its work fire in a further
+  /// pass, without a timerfd round trip (never before their deadline), as the event loop's
+  /// `fireTimerPasses` does; bounded so that the poller returns to `epoll_wait`.
+  static let maxPasses = 4
+
+  func ownedDescriptorFired(_ registration: OwnedRegistration, events: UInt32) {
+    for pass in 0..<Self.maxPasses {
+      let held = firePass(first: pass == 0)
+      // Step 2's end: re-arm, unless timers fell due meanwhile (another pass pops them). Done
+      // before an inline run, so that a standby taking over finds the descriptor armed.
+      let another = finishPass(mayContinue: held == nil && pass + 1 < Self.maxPasses)
+      if let held {
+        runInlineOrSubmit(held.item, on: held.queue)  // Step 4, outside `firing`.
+        return
+      }
+      if !another { return }
+    }
+  }
+
+  /// Steps 2 (popping) and 3 of one pass; returns the work held back for step 4.
+  private func firePass(first: Bool) -> (item: DelayedWorkItem, queue: Queue)? {
+    firing.withLock { scratch -> (item: DelayedWorkItem, queue: Queue)? in
+      popDue(into: &scratch.due, startsExpiry: first)
+      guard !scratch.due.isEmpty else { return nil }
+      firedCount.wrappingAdd(UInt64(scratch.due.count), ordering: .relaxed)
+      let mayInline = driver.mayRunInline
+      var held: (item: DelayedWorkItem, queue: Queue)?
+      for timer in scratch.due {
+        guard let item = timer.claimItem() else { continue }  // Cancelled first.
+        if let previous = held { scratch.batch.add(previous.item, to: previous.queue) }
+        if mayInline && timer.queue.kind == .serial {
+          held = (item, timer.queue)
+        } else {
+          held = nil
+          scratch.batch.add(item, to: timer.queue)
+        }
+      }
+      scratch.due.removeAll(keepingCapacity: true)
+      scratch.batch.flush()
+      return held
+    }
+  }
+
+  /// Step 2: pops the timers due now into `due` (filing the pending ones first).
+  private func popDue(into due: inout [DelayedWork], startsExpiry: Bool) {
+    lock.withLock { _ in
+      // Timers scheduled for this instant or later did not take the lock: file them first.
+      insertPending()
+      let now = Deadline.now.uptimeNanoseconds
+      // The coalescing window counts from the expiry, not from a later pass.
+      if startsExpiry { lastExpiry = now }
+      while let first = heap.firstDeadline, first <= now {
+        let (timer, wasRemoved) = heap.popFirst()
+        if wasRemoved { continue }  // Cancelled: its work is released; drop the timer.
+        // Safe: this heap holds `DelayedWork`s only (`schedule`).
+        due.append(unsafeDowncast(timer, to: DelayedWork.self))
+      }
+    }
+  }
+
+  /// The end of step 2: returns true (changing nothing) if `mayContinue` and a timer is due
+  /// now; otherwise re-arms the descriptor for the earliest timer (if any) and returns false.
+  private func finishPass(mayContinue: Bool) -> Bool {
+    lock.withLock { _ in
+      if mayContinue {
+        insertPending()
+        heap.dropRemovedFirst()
+        if let first = heap.firstDeadline, first <= Deadline.now.uptimeNanoseconds {
+          return true
+        }
+      }
+      // The descriptor expired (this report): a one-shot timerfd stays quiet until set again.
+      // (A scheduler may have set it since; then this re-arm is one call more, never less.)
+      // Schedulers keep seeing the expired instant until the store below (or `arm`'s): a
+      // timer due at or after it is pushed and filed by the loop below, and a transient 0
+      // would only send schedulers to the lock, to wait for this thread.
+      armedDeadline = 0
+      armForEarliest()
+      if armedDeadline == 0 {
+        // Nothing armed. Sequentially consistent: the poller's store of the Dekker pair.
+        armedForSchedulers.store(0, ordering: .sequentiallyConsistent)
+      }
+      // The poller's load of the Dekker pair: a timer pushed before the store above that did
+      // not see it is filed here (re-arming if it is due first).
+      while pending.load(ordering: .sequentiallyConsistent) != 0 {
+        insertPending()
+        armForEarliest()
+      }
+      return false
+    }
+  }
+
+  /// Step 4.
+  private func runInlineOrSubmit(_ item: DelayedWorkItem, on queue: Queue) {
+    if queue.trySyncLockChain() {
+      let ran = driver.runInline {
+        queue.withLockedChainFrames {
+          switch item {
+          case .closure(let body): body()
+          case .function(let call): call.run()
+          }
+        }
+      }
+      queue.unlockSyncChain()
+      if ran {
+        inlineCount.wrappingAdd(1, ordering: .relaxed)
+        return
+      }
+    }
+    queue.submit(item)
+  }
+}
