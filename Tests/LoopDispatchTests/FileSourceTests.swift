@@ -296,6 +296,16 @@ import Testing
     #expect(inotifyWatchCount(inode: file.inode) == 0)
   }
 
+  /// REVOKE alone maps to no inotify event bit (IN_UNMOUNT comes with any watch): the kernel
+  /// must still accept the watch (Linux 6.18 does, with a mask of IN_MASK_ADD alone).
+  @Test func aSourceForRevokeAloneIsWatched() throws {
+    let file = try TemporaryFile()
+    let source = try FileSource(fd: file.fd, events: [.revoke])
+    source.activate()
+    #expect(inotifyWatchCount(inode: file.inode) == 1)
+    source.cancel()
+  }
+
   @Test func aBadDescriptorThrows() throws {
     #expect(throws: EventLoopError.negativeDescriptor(-1)) {
       _ = try FileSource(fd: -1, events: [.write])

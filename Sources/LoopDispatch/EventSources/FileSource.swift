@@ -34,6 +34,10 @@ import MainLoop
 ///   recognised by its `IN_ATTRIB` with the link count dropping to 0, which arrives at once.
 ///   The file itself stays until every descriptor on it is closed: writes through an open
 ///   descriptor still report ``Events/write``.
+/// - **Removing a directory that is still open** (`rmdir`) reports nothing to its source:
+///   the kernel sends the directory no `IN_ATTRIB` for it (only its parent gets `IN_DELETE`),
+///   and `IN_DELETE_SELF` waits for the last descriptor. Watch the parent directory's
+///   ``Events/write`` to learn of it. (From the code of Linux's `vfs_rmdir`; not yet tested.)
 /// - **A file already deleted** (its descriptor open, its last name unlinked) can be watched:
 ///   `inotify_add_watch` on `/proc/self/fd/N` follows the descriptor to the file, so writes
 ///   through any descriptor still report ``Events/write``; ``Events/delete`` does not come

@@ -200,7 +200,10 @@ final class ThreadName: @unchecked Sendable {
   /// A consistent read of the wanted name and its sequence number, or nil while the owner is
   /// writing it (seqlock read: acquire the sequence, the words, an acquire fence, the sequence).
   private func readWanted() -> (KernelName, UInt64)? {
-    let before = sequence.load(ordering: .acquiring)
+    // Sequentially consistent (not only acquiring): the supervisor's load of the Dekker pair
+    // with a worker's change (`want`), after its sequentially consistent clearing of
+    // `lookDue` in `catchUp`.
+    let before = sequence.load(ordering: .sequentiallyConsistent)
     guard before & 1 == 0 else { return nil }
     let name = KernelName(
       low: wantedLow.load(ordering: .relaxed),

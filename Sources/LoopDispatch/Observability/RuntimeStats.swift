@@ -87,7 +87,9 @@ public struct RuntimeStats: Sendable, CustomStringConvertible {
   /// in ``queuesByLabel`` restart from its live queues' figures.
   public var releasedQueues: [QueueStats]
 
-  /// Timers pending on the main loop, the service loop and the I/O driver.
+  /// Timers pending on the main loop, the service loop and the I/O driver (the driver's in
+  /// its heap: those scheduled since its last expiry, still on its lock-free stack, are not
+  /// counted).
   public var pendingTimers: Int {
     mainLoop.pendingTimers + serviceLoop.pendingTimers + ioPendingTimers
   }

@@ -301,7 +301,8 @@ extension Queue {
   /// Releases this queue's SYNC_LOCKED (taken alone, target is global).
   ///
   /// Why nothing submitted meanwhile is stranded (Dekker's pattern, as for SCHEDULED in
-  /// step 3 above): a submitter pushes onto `incoming` (sequentially consistent CAS), then
+  /// step 3 above): a submitter pushes onto `incoming` (a sequentially consistent exchange),
+  /// then
   /// `wakeUp` loads the state (sequentially consistent); this thread subtracts SYNC_LOCKED
   /// (a sequentially consistent RMW), then loads `incoming` and `backlogHead` (sequentially
   /// consistent). In the single total order of those operations, either the submitter's

@@ -145,6 +145,10 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
 
   /// Schedules `timer`, due at `deadline` (its own, in ns); see "Scheduling" above.
   func schedule(_ timer: DelayedWork, deadline: UInt64) {
+    // Never due (`Deadline.distantFuture`): kept nowhere. It cannot fire, and `cancel` needs
+    // nothing from the driver; on the stack it (and its queue) would wait for an expiry that
+    // may never come.
+    guard deadline != .max else { return }
     // Retained by the stack until `insertPending` takes it.
     let node = Unmanaged<LoopTimer>.passRetained(timer)
     let address = UInt(bitPattern: node.toOpaque())
@@ -158,7 +162,6 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
       if pushed { break }
       head = current
     }
-    guard deadline != .max else { return }  // Never due: the next expiry files it.
     // Sequentially consistent: the other half of the pair.
     let armed = armedForSchedulers.load(ordering: .sequentiallyConsistent)
     if armed != 0 && armed <= deadline { return }  // That expiry files it.
@@ -314,8 +317,12 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
         armedForSchedulers.store(0, ordering: .sequentiallyConsistent)
       }
       // The poller's load of the Dekker pair: a timer pushed before the store above that did
-      // not see it is filed here (re-arming if it is due first).
-      while pending.load(ordering: .sequentiallyConsistent) != 0 {
+      // not see it is filed here (re-arming if it is due first). Once, not until the stack
+      // stays empty: producers pushing faster than a heap insert would keep this thread here
+      // (holding the lock and the poller role) for a whole burst. A push this load misses saw
+      // the instant stored above (or a later store, which is earlier): due at or after it,
+      // the expiry files it; due before it, its scheduler takes the lock itself.
+      if pending.load(ordering: .sequentiallyConsistent) != 0 {
         insertPending()
         armForEarliest()
       }
@@ -327,6 +334,8 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
   private func runInlineOrSubmit(_ item: DelayedWorkItem, on queue: Queue) {
     if queue.trySyncLockChain() {
       let ran = driver.runInline {
+        // Counted before the work runs, so whoever the work signals sees the count.
+        inlineCount.wrappingAdd(1, ordering: .relaxed)
         queue.withLockedChainFrames {
           switch item {
           case .closure(let body): body()
@@ -335,10 +344,7 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
         }
       }
       queue.unlockSyncChain()
-      if ran {
-        inlineCount.wrappingAdd(1, ordering: .relaxed)
-        return
-      }
+      if ran { return }
     }
     queue.submit(item)
   }

@@ -25,7 +25,9 @@ open class LoopTimer: @unchecked Sendable {
   /// The loop's anchor: a weak reference to the loop, shared by all its timers.
   let anchor: LoopAnchor
 
-  /// The loop that owns this timer, or nil once that loop has been deinitialised.
+  /// The loop that owns this timer, or nil once that loop has been deinitialised. (Also nil
+  /// for LoopDispatch's `after` timers of queues that do not target the main queue: they are
+  /// kept by the I/O driver, on no loop.)
   ///
   /// Weak, so that pending timers do not keep their loop alive. Thread-safety: any thread; a
   /// non-nil result is a strong reference, so the loop stays alive while it is used.
