@@ -107,6 +107,49 @@ import Testing
     close(peer)
   }
 
+  /// A warning whose delivery is held up on a busy queue past the quiet period: the episode
+  /// is not over (no later report could have come while the trigger waited for its re-arm),
+  /// so the quiet period starts again and the handler sees the warning alone, then normal.
+  @Test func aWarningHeldUpOnABusyQueueIsNotFollowedByAnEarlyNormal() throws {
+    let (watched, peer) = try urgentDataPair()
+    let queue = Queue(label: "pressure-held")
+    let quiet = Duration.milliseconds(50)
+    let source = MemoryPressureSource(
+      levels: [.normal, .warning], descriptors: [(watched, .warning)], quietPeriod: quiet,
+      queue: queue, label: "held")
+    let seen = Locked([UInt]())
+    let normalSeen = Latch()
+    let cancelled = Latch()
+    source.setEventHandler { [unowned source] in
+      let data = source.data
+      consumeUrgentByte(watched)
+      seen.withLock { $0.append(data) }
+      if data & MemoryPressureSource.Levels.normal.rawValue != 0 { normalSeen.open() }
+    }
+    source.setCancelHandler { cancelled.open() }
+    source.activate()
+    let release = Latch()
+    queue.async { _ = release.wait() }  // The queue is busy: the delivery waits behind this.
+    let restartsBefore = MemoryPressureSource.quietPeriodsRestarted.load(ordering: .relaxed)
+    #expect(sendUrgentByte(peer))
+    // The quiet period ends while the warning waits: it must start again, not report normal.
+    let deadline = Deadline.now + .seconds(30)
+    while MemoryPressureSource.quietPeriodsRestarted.load(ordering: .relaxed) == restartsBefore
+      && Deadline.now < deadline
+    {
+      sched_yield()
+    }
+    #expect(MemoryPressureSource.quietPeriodsRestarted.load(ordering: .relaxed) > restartsBefore)
+    release.open()
+    #expect(normalSeen.wait())
+    source.cancel()
+    #expect(cancelled.wait())
+    let runs = seen.value
+    #expect(runs.first == MemoryPressureSource.Levels.warning.rawValue, "\(runs)")
+    #expect(runs.last == MemoryPressureSource.Levels.normal.rawValue, "\(runs)")
+    close(peer)
+  }
+
   @Test func aCriticalTriggerReportsCritical() throws {
     let (criticalEnd, criticalPeer) = try urgentDataPair()
     let queue = Queue(label: "pressure-critical")

@@ -97,6 +97,12 @@ extension IODriver {
     }
   }
 
+  /// Whether `registration` has reported and not been re-armed yet (rule 2 to rule 3): its
+  /// watcher's delivery is still under way. False once removed. Any thread.
+  func isDisarmed(_ registration: OwnedRegistration) -> Bool {
+    lock.withLock { _ in !registration.removed && !registration.armed }
+  }
+
   /// Rule 4: stops watching; afterwards the owner may close the descriptor. Any thread.
   func unregisterOwned(_ registration: OwnedRegistration) {
     lock.withLock { tables in

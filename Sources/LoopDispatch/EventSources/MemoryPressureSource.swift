@@ -1,6 +1,7 @@
 import CLoopShims
 import Glibc
 import MainLoop
+import Synchronization
 
 /// Delivers the system's memory pressure to a queue, from Linux's pressure stall information
 /// (PSI). ``Source/data`` holds the ``Levels-swift.struct`` seen since the last handler run
@@ -13,7 +14,9 @@ import MainLoop
 /// - ``Levels-swift.struct/critical``: every non-idle task at once spent at least 200 ms of the
 ///   window (10 %) stalled on memory (`full 200000 2000000`).
 /// - ``Levels-swift.struct/normal``: after a warning or critical report, two whole windows
-///   (4 seconds) passed with no further report; reported once per episode. A source that asks
+///   (4 seconds) passed with no further report; reported once per episode. While a warning
+///   or critical report still waits for its handler (a busy queue), the wait starts again:
+///   `normal` never comes before the report it ends. A source that asks
 ///   only for `normal` still watches the warning trigger, to know when an episode starts.
 ///
 /// While pressure lasts the kernel reports at most once per window, so a handler sees a
@@ -43,6 +46,10 @@ public final class MemoryPressureSource: Source, @unchecked Sendable {
 
   /// The levels asked for, as C's `dispatch_source_get_mask`.
   public let mask: Levels
+
+  /// Quiet periods that ended while a report was still being delivered, and started again
+  /// (step 5 of `MemoryPressureCore`), in this process; for tests.
+  package static let quietPeriodsRestarted = Atomic<Int>(0)
 
   /// The pressure file a source created now would watch (for tests and diagnostics).
   package static var defaultPressureFile: String { MemoryPressureCore.defaultPressureFile() }
@@ -133,7 +140,10 @@ public final class MemoryPressureSource: Source, @unchecked Sendable {
 ///    that was not asked for (the warning trigger watched only for `.normal`) re-arms at once.
 /// 4. After each delivery the thread that ran it re-arms the triggers (`epoll_ctl(MOD)`):
 ///    polling a trigger consumes its event, so a re-armed trigger reports only a new one.
-/// 5. The quiet timer firing with no report since ends the episode and merges `.normal`.
+/// 5. The quiet timer firing with no report since ends the episode and merges `.normal`,
+///    unless a report is still being delivered (its registration disarmed until the re-arm
+///    of step 4: a handler held up on a busy queue): the pressure may well last, and no
+///    later report could have come meanwhile, so the timer starts again instead.
 /// 6. Teardown cancels the timer, removes the registrations, then closes the descriptors.
 final class MemoryPressureCore: SourceCore, OwnedDescriptorWatcher, @unchecked Sendable {
   // @unchecked Sendable: `state` is behind its lock; the rest is immutable; the base
@@ -329,8 +339,19 @@ final class MemoryPressureCore: SourceCore, OwnedDescriptorWatcher, @unchecked S
 
   /// Service loop thread (step 5).
   private func quietPeriodEnded(_ generation: UInt64) {
+    // Read outside `state`'s lock: the driver's lock is never taken inside it.
+    let registrations = state.withLock { $0.registrations }
+    let reportInFlight = registrations.contains { $0.driver.isDisarmed($0) }
     let ended = state.withLock { state -> Bool in
       guard !state.tornDown, state.elevated, state.episodeGeneration == generation else {
+        return false
+      }
+      if reportInFlight {
+        MemoryPressureSource.quietPeriodsRestarted.wrappingAdd(1, ordering: .relaxed)
+        // Weak: as in `ownedDescriptorFired`.
+        state.quietTimer = ServiceLoop.shared.schedule(after: quietPeriod) { [weak self] in
+          self?.quietPeriodEnded(generation)
+        }
         return false
       }
       state.elevated = false
