@@ -174,23 +174,7 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
   /// Under `lock`: moves the pending timers into the heap, in scheduling order (per thread),
   /// dropping those cancelled meanwhile.
   private func insertPending() {
-    guard pending.load(ordering: .relaxed) != 0 else { return }
-    // Acquiring: the pushers' timers and links are visible.
-    let head = pending.exchange(0, ordering: .acquiring)
-    var reversed: Unmanaged<LoopTimer>?
-    var node =
-      head == 0 ? nil : Unmanaged<LoopTimer>.fromOpaque(UnsafeRawPointer(bitPattern: head)!)
-    while let current = node {
-      // Safe: each node on the stack holds the retain `schedule` took for it.
-      let timer = current.takeUnretainedValue()
-      node = timer.nextPendingInsertion
-      timer.nextPendingInsertion = reversed
-      reversed = current
-    }
-    while let current = reversed {
-      let timer = current.takeRetainedValue()  // The stack's retain, dropped here.
-      reversed = timer.nextPendingInsertion
-      timer.nextPendingInsertion = nil
+    LoopTimer.takePending(from: pending) { timer in
       if !timer.isCancelled { heap.insert(timer) }
     }
   }

@@ -138,24 +138,7 @@ extension EventLoop {
   /// Inserts the timers other threads scheduled, in the order they were scheduled (per
   /// thread). Loop thread only.
   func insertPendingTimers() {
-    guard pendingInsertions.load(ordering: .relaxed) != 0 else { return }
-    // Acquiring: the pushers' timers (and their links) are visible.
-    let head = pendingInsertions.exchange(0, ordering: .acquiring)
-    var reversed: Unmanaged<LoopTimer>?
-    var node =
-      head == 0 ? nil : Unmanaged<LoopTimer>.fromOpaque(UnsafeRawPointer(bitPattern: head)!)
-    while let current = node {
-      let timer = current.takeUnretainedValue()
-      node = timer.nextPendingInsertion
-      timer.nextPendingInsertion = reversed
-      reversed = current
-    }
-    while let current = reversed {
-      let timer = current.takeRetainedValue()  // The stack's retain, dropped here.
-      reversed = timer.nextPendingInsertion
-      timer.nextPendingInsertion = nil
-      insertTimer(timer)
-    }
+    LoopTimer.takePending(from: pendingInsertions) { insertTimer($0) }
   }
 
   /// Releases the handler of every timer the loop still keeps: those in the heap and those

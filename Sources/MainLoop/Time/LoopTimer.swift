@@ -80,6 +80,33 @@ open class LoopTimer: @unchecked Sendable {
   /// inserted (see `EventLoop+Timers.swift`, LoopDispatch's `DriverTimers`).
   package var nextPendingInsertion: Unmanaged<LoopTimer>?
 
+  /// Takes every timer pushed onto `stack` (a lock-free stack of timer addresses linked
+  /// through `nextPendingInsertion`, newest first, each holding one retain) and calls `body`
+  /// with each, in the order they were pushed (per pushing thread); the stack's retain is
+  /// dropped after each call. Only the stack's one consumer calls this (a loop thread, or the
+  /// holder of `DriverTimers`' lock).
+  package static func takePending(from stack: borrowing Atomic<UInt>, _ body: (LoopTimer) -> Void) {
+    guard stack.load(ordering: .relaxed) != 0 else { return }
+    // Acquiring: the pushers' timers and links are visible.
+    let head = stack.exchange(0, ordering: .acquiring)
+    var reversed: Unmanaged<LoopTimer>?
+    var node =
+      head == 0 ? nil : Unmanaged<LoopTimer>.fromOpaque(UnsafeRawPointer(bitPattern: head)!)
+    while let current = node {
+      // Safe: each node on the stack holds the retain its pusher took for it.
+      let timer = current.takeUnretainedValue()
+      node = timer.nextPendingInsertion
+      timer.nextPendingInsertion = reversed
+      reversed = current
+    }
+    while let current = reversed {
+      let timer = current.takeRetainedValue()  // The stack's retain, dropped after `body`.
+      reversed = timer.nextPendingInsertion
+      timer.nextPendingInsertion = nil
+      body(timer)
+    }
+  }
+
   /// Whether ``cancel()`` has been called.
   public final var isCancelled: Bool { cancelled.load(ordering: .acquiring) }
 
