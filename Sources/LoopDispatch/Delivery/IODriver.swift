@@ -302,6 +302,17 @@ final class IODriver: @unchecked Sendable {
     return true
   }
 
+  /// Runs `body` on this driver thread with `queue`'s serial chain claimed and current, if the
+  /// whole chain is idle (claimed as an uncontended `sync` claims it) and no other inline run
+  /// is going on (`runInline`); the chain is released after. Returns false, running nothing,
+  /// otherwise. Shared by fd handlers (`SourceCore`) and timers (`DriverTimers`).
+  func runInlineOnIdleChain(of queue: Queue, _ body: () -> Void) -> Bool {
+    guard queue.trySyncLockChain() else { return false }
+    let ran = runInline { queue.withLockedChainFrames(body) }
+    queue.unlockSyncChain()
+    return ran
+  }
+
   /// Whether an inline run could start now on the calling driver thread (a cheap pre-check
   /// before claiming a queue): the event is the last of its batch and no other inline
   /// handler runs.

@@ -320,17 +320,13 @@ class SourceCore: @unchecked Sendable {
     // On an I/O driver thread, a serial target whose chain is idle runs the handler here:
     // claimed like an uncontended `sync`, with the poller role released meanwhile.
     if mayRunInline && queue.kind == .serial && IODriver.isDriverThread,
-      let driver = IODriver.running, driver.mayRunInline, queue.trySyncLockChain()
+      let driver = IODriver.running, driver.mayRunInline
     {
       // The re-arm (`finishDelivery`) comes after the chain is released: the next event,
       // which only the re-arm lets the kernel report, then finds the chain idle and runs
       // inline too, instead of racing this thread's unlock and going to the pool.
       var mustFinish = false
-      let ran = driver.runInline {
-        queue.withLockedChainFrames { mustFinish = deliverWithoutFinishing() }
-      }
-      queue.unlockSyncChain()
-      if ran {
+      if driver.runInlineOnIdleChain(of: queue, { mustFinish = deliverWithoutFinishing() }) {
         if mustFinish { finishDelivery() }
         return .ranInline
       }

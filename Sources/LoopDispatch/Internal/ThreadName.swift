@@ -132,8 +132,8 @@ final class ThreadName: @unchecked Sendable {
   /// Wants `queue`'s label as the calling worker's name.
   @inline(__always)
   static func show(_ queue: Queue) {
-    guard ThreadSlots.nameState() != nil, queue.namesThreads else { return }
-    want(queue.kernelName)
+    guard queue.namesThreads else { return }
+    want(queue.kernelName)  // No effect off the pool (`want` checks).
   }
 
   /// Wants the calling worker's own name (for global-queue items).

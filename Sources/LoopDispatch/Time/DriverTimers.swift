@@ -316,20 +316,14 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
 
   /// Step 4.
   private func runInlineOrSubmit(_ item: DelayedWorkItem, on queue: Queue) {
-    if queue.trySyncLockChain() {
-      let ran = driver.runInline {
-        // Counted before the work runs, so whoever the work signals sees the count.
-        inlineCount.wrappingAdd(1, ordering: .relaxed)
-        queue.withLockedChainFrames {
-          switch item {
-          case .closure(let body): body()
-          case .function(let call): call.run()
-          }
-        }
+    let ran = driver.runInlineOnIdleChain(of: queue) {
+      // Counted before the work runs, so whoever the work signals sees the count.
+      inlineCount.wrappingAdd(1, ordering: .relaxed)
+      switch item {
+      case .closure(let body): body()
+      case .function(let call): call.run()
       }
-      queue.unlockSyncChain()
-      if ran { return }
     }
-    queue.submit(item)
+    if !ran { queue.submit(item) }
   }
 }
