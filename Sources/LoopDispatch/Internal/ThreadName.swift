@@ -239,23 +239,31 @@ struct KernelName: Equatable {
     self.high = high
   }
 
+  /// Computed once per queue (at its creation), without allocating: the first 16 bytes go
+  /// straight into the two words.
   init(_ string: String) {
-    var bytes = Array(string.utf8.prefix(16))
-    if bytes.count == 16 {
-      // Longer than 15 bytes: cut at 15, backing off over a character split by the cut
-      // (a UTF-8 continuation byte at the cut belongs to a character started before it).
-      var count = 15
-      while count > 0 && bytes[count] & 0xC0 == 0x80 { count -= 1 }
-      bytes.removeSubrange(count...)
-    }
     var low: UInt64 = 0
     var high: UInt64 = 0
-    for (index, byte) in bytes.enumerated() {
-      if index < 8 {
-        low |= UInt64(byte) << (8 * UInt64(index))
+    var count = 0
+    for byte in string.utf8 {
+      if count == 16 { break }
+      if count < 8 {
+        low |= UInt64(byte) << (8 * UInt64(count))
       } else {
-        high |= UInt64(byte) << (8 * UInt64(index - 8))
+        high |= UInt64(byte) << (8 * UInt64(count - 8))
       }
+      count += 1
+    }
+    if count == 16 {
+      // Longer than 15 bytes: cut at 15, backing off over a character split by the cut
+      // (a UTF-8 continuation byte at the cut belongs to a character started before it).
+      // Bytes 8...15 are in `high`, so the cut never reaches `low` unless 8 continuation
+      // bytes follow one another, which UTF-8 never has (at most 3).
+      var cut = 15
+      while cut > 8 && UInt8(truncatingIfNeeded: high >> (8 * UInt64(cut - 8))) & 0xC0 == 0x80 {
+        cut -= 1
+      }
+      high &= (UInt64(1) << (8 * UInt64(cut - 8))) &- 1  // Keep bytes 8..<cut.
     }
     self.init(low: low, high: high)
   }
