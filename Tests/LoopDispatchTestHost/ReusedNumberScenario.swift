@@ -96,3 +96,64 @@ func reusedNumberDupMainScenario() {
   }
   for fd in [keeper, first[1], number, second[1]] { close(fd) }
 }
+
+/// A main-queue read source receiving a stream of events (its file holds bytes the handler
+/// does not drain), whose number is given to another, empty pipe from inside a handler while
+/// the old file stays open through a `dup`. The source checks its descriptor's identity
+/// on its first event and then once a millisecond, not on every event: the stream of
+/// events for the old file must still stop, with one warning, and leave the loop asleep.
+/// (Checked on the first event only, the source would run its handler for the old file on
+/// every turn for ever.)
+func reusedNumberStreamingMainScenario() {
+  var old: [Int32] = [0, 0]
+  var new: [Int32] = [0, 0]
+  guard pipe(&old) == 0, pipe(&new) == 0 else { fail("pipe failed") }
+  for fd in old + new { _ = fcntl(fd, F_SETFL, O_NONBLOCK) }
+  var bytes = [UInt8](repeating: 7, count: 4096)
+  guard write(old[1], &bytes, bytes.count) == bytes.count else { fail("write failed") }
+  let number = old[0]
+  let newRead = new[0]
+  let runs = MainConfined(0)
+  let runsAfterReuse = MainConfined(0)
+  let keeper = MainConfined<Int32>(-1)
+  let cancelled = MainConfined(0)
+  let source: ReadSource
+  do { source = try ReadSource(fd: number, queue: .main) } catch { fail("\(error)") }
+  source.setEventHandler {
+    var byte: UInt8 = 0
+    _ = read(number, &byte, 1)  // One byte of the old file; once reused, EAGAIN.
+    runs.value += 1
+    if keeper.value >= 0 {
+      runsAfterReuse.value += 1
+    } else if runs.value == 50 {
+      let kept = dup(number)  // The old file stays open, and readable.
+      if kept >= 0 && dup2(newRead, number) == number { keeper.value = kept }
+    }
+  }
+  source.setCancelHandler { cancelled.value += 1 }
+  source.activate()
+  // The stream stops once the source sees the reuse: no handler run for 100 ms.
+  var lastRuns = -1
+  let deadline = Deadline.now + .seconds(30)
+  while runs.value != lastRuns {
+    lastRuns = runs.value
+    Queue.runMain(until: .now + .milliseconds(100))
+    if Deadline.now > deadline { fail("the stale source still ran after 30 s: \(runs.value)") }
+  }
+  if keeper.value < 0 { fail("the number was never reused (\(runs.value) runs)") }
+  // Bytes left in the old file: its events were not drained, so only the check stopped them.
+  var left: Int32 = 0
+  guard ioctl(keeper.value, UInt(FIONREAD), &left) == 0, left > 4000 else {
+    fail("the old file was drained (\(left) bytes left)")
+  }
+  let before = RuntimeStats.current.mainLoop.turns
+  Queue.runMain(until: .now + .milliseconds(200))
+  let turns = RuntimeStats.current.mainLoop.turns - before
+  if turns > 100 { fail("the main loop turned \(turns) times in 200 ms for a stale watch") }
+  print("runs after the reuse: \(runsAfterReuse.value)")
+  source.cancel()
+  if !Queue.runMain(until: { cancelled.value == 1 }, deadline: .now + .seconds(10)) {
+    fail("the cancel handler did not run")
+  }
+  for fd in [keeper.value, old[1], number, new[1]] { close(fd) }
+}

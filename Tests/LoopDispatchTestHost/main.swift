@@ -26,6 +26,7 @@ let scenarios: [String: () -> Void] = [
   "overcommit-thread-failure": overcommitThreadFailureScenario,
   "reused-number-main": reusedNumberMainScenario,
   "reused-number-dup-main": reusedNumberDupMainScenario,
+  "reused-number-streaming-main": reusedNumberStreamingMainScenario,
   "main-chain": mainChainScenario,
   "main-post": mainPostScenario,
   "signal-mix": signalMixScenario,

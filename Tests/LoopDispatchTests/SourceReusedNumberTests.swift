@@ -22,6 +22,19 @@ import Testing
     #expect(warnings.count == 1, "warnings: \(result.errorOutput)")
   }
 
+  /// The same while events stream in (the old file readable on every turn): the identity,
+  /// checked once a millisecond rather than per event, still stops them, with one warning
+  /// (the `reused-number-streaming-main` scenario).
+  @Test func aStreamOfEventsOnAReusedNumberStopsAndWarnsOnce() {
+    let result = runProgram("LoopDispatchTestHost", ["reused-number-streaming-main"])
+    #expect(result.status == 0, "\(result.output)\(result.errorOutput)")
+    #expect(result.output.contains("ok reused-number-streaming-main"), "\(result.output)")
+    let warnings = result.errorOutput.split(separator: "\n").filter {
+      $0.contains("was closed (and perhaps reused)")
+    }
+    #expect(warnings.count == 1, "warnings: \(result.errorOutput)")
+  }
+
   /// The old read end is closed while its source is still registered; the number is reused
   /// (forced with `dup2`) by a new pipe whose source must fire. Many rounds, serial target.
   @Test func aNumberClosedWhileWatchedFiresForItsNextSource() async {

@@ -18,11 +18,15 @@ import MainLoop
 ///    belongs to this source alone: a client that closes its descriptor too early cannot
 ///    leave a registration the loop can no longer remove. When the watch fires, the loop
 ///    checks that the client's descriptor still refers to the file it had at creation (device
-///    and inode). If the number was closed and reused, the event belongs to someone else: the
-///    watch is removed for good (and the duplicate closed), one warning line says so, and the
-///    source never fires again; its cancel handler still runs once. (The driver's
-///    registrations are one-shot and tied to the file, so they need no check.) Otherwise
-///    readiness is merged and a delivery scheduled.
+///    and inode): on the source's first event, and then whenever the last check that passed
+///    is more than `identityCheckIntervalMicroseconds` (1 ms) old, so a stream of events costs one
+///    `fstat` per millisecond instead of one each. If the number was closed and reused, the
+///    event belongs to someone else: the watch is removed for good (and the duplicate
+///    closed), one warning line says so, and the source never fires again; its cancel
+///    handler still runs once. Events of an old file kept open elsewhere can reach the
+///    handler only within 1 ms of the check before the reuse. (The driver's registrations
+///    are one-shot and tied to the file: its re-arm fails on a reused number, after at most
+///    one such event.) Otherwise readiness is merged and a delivery scheduled.
 /// 3. The handler runs on the target queue; `data` is computed when the handler first reads it. Only
 ///    after it returns is the watch re-armed (by that thread, with `epoll_ctl`, for the driver), so unread data fires again (level semantics)
 ///    without the loop spinning while the handler works. Hang-up and errors show as
@@ -101,9 +105,9 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
         return
       }
       do throws(EventLoopError) {
-        state.watch = try EventLoop.main.watch(fd: duplicate, for: interest, oneShot: false) {
-          [self] in mainLoopReadinessFired()
-        }
+        state.watch = try EventLoop.main.watch(
+          fd: duplicate, for: interest, oneShot: false,
+          eventHandler: { [self] _ in mainLoopReadinessFired() })
         state.privateFD = duplicate
       } catch {
         close(duplicate)
@@ -120,39 +124,72 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
       "LoopDispatch: \(label) could not watch fd \(fd): \(error); the source will not fire\n")
   }
 
-  /// An I/O driver thread saw readiness (the registration is tied to the file, so a reused
-  /// number never reaches this source: no identity check is needed). Returns how the
+  /// An I/O driver thread saw readiness (the registration is tied to the file: a reused
+  /// number reaches this source only if the old file is still open elsewhere, once, and
+  /// the re-arm then fails). Returns how the
   /// delivery went: the driver releases a source that did not take the event
   /// (`IOEntry.swift`, rule 4).
   func readinessFired() -> Scheduling {
     signal(1)
   }
 
+  /// How long a main-queue source trusts its last identity check: an event arriving later
+  /// than this after the last check that passed is checked again (`fstat`) before delivery.
+  static let identityCheckIntervalMicroseconds: UInt64 = 1_000  // 1 ms.
+
+  /// The loop's turn time (`EventLoop.turnMicroseconds`) of the last identity check of `fd`
+  /// that passed (0: never, so the first event is always checked). Main loop thread only,
+  /// after activation.
+  private var identityCheckedAt: UInt64 = 0
+
   /// Main loop thread.
   private func mainLoopReadinessFired() {
-    guard FileIdentity(of: fd) == identity else {
-      // Removed for good, so the loop does not wake for the old file every turn (it may
-      // still be open through another descriptor) and the warning is written once.
-      let removed = watchState.withLock { state -> (FDWatch, Int32)? in
-        guard let watch = state.watch else { return nil }
-        defer {
-          state.watch = nil
-          state.privateFD = -1
-        }
-        return (watch, state.privateFD)
+    // The check costs a system call, as much as the rest of a ping-pong event: it runs only
+    // when the last check that passed is older than the interval, by the time libevent took
+    // when this turn's `epoll_wait` returned (no clock call). So a number closed and reused
+    // within the interval after a check may deliver events of the old file until the
+    // interval ends; every later event of a reused number is caught. That time follows the
+    // wall clock: a step backwards (`now` below the last check) checks at once.
+    let now = EventLoop.mainTurnMicroseconds()
+    if now < identityCheckedAt || now - identityCheckedAt >= Self.identityCheckIntervalMicroseconds
+    {
+      guard FileIdentity(of: fd) == identity else {
+        dropStaleMainLoopWatch()
+        return
       }
-      guard let (watch, duplicate) = removed else { return }
-      watch.cancel { close(duplicate) }
-      writeStandardError(
-        "LoopDispatch: \(label): fd \(fd) was closed (and perhaps reused) while the source watched it; "
-          + "cancel a source before closing its descriptor. The source will not fire again.\n")
-      return
+      identityCheckedAt = now
     }
     if signal(1) != .ranInline && persistentWatch {
       // The handler will run later (or not until resumed): stop level-triggered readiness
       // from waking the loop every turn meanwhile. `didDeliver` re-arms it.
       watchState.withLock { $0.watch }?.pause()
+      mainWatchPaused = true
     }
+  }
+
+  /// Whether `mainLoopReadinessFired` paused the main loop's watch since the last delivery.
+  /// Main loop thread only: a main-loop source's events and deliveries all run there (its
+  /// target chain ends at the main queue), so the common delivery, which finds the watch
+  /// still armed, re-arms nothing and takes no lock.
+  private var mainWatchPaused = false
+
+  /// The client's number names another file now: the main loop's watch is removed for good,
+  /// so the loop does not wake for the old file every turn (it may still be open through
+  /// another descriptor), and the warning is written once. Main loop thread.
+  private func dropStaleMainLoopWatch() {
+    let removed = watchState.withLock { state -> (FDWatch, Int32)? in
+      guard let watch = state.watch else { return nil }
+      defer {
+        state.watch = nil
+        state.privateFD = -1
+      }
+      return (watch, state.privateFD)
+    }
+    guard let (watch, duplicate) = removed else { return }
+    watch.cancel { close(duplicate) }
+    writeStandardError(
+      "LoopDispatch: \(label): fd \(fd) was closed (and perhaps reused) while the source watched it; "
+        + "cancel a source before closing its descriptor. The source will not fire again.\n")
   }
 
   override func didDeliver() {
@@ -160,15 +197,20 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
       if interest == .write || remainingFileBytes() > 0 { signal(1, mayRunInline: false) }
       return
     }
-    let (watch, entry) = watchState.withLock { ($0.watch, $0.entry) }
+    if persistentWatch {
+      // Main loop thread (see `mainWatchPaused`).
+      guard mainWatchPaused else { return }
+      mainWatchPaused = false
+      watchState.withLock { $0.watch }?.rearm()
+      return
+    }
+    let entry = watchState.withLock { $0.entry }
     if let entry {
       if !entry.driver.rearm(entry, self) {
         writeStandardError(
           "LoopDispatch: \(label): fd \(fd) was closed (and perhaps reused) while the source watched it; "
             + "cancel a source before closing its descriptor. The source will not fire again.\n")
       }
-    } else {
-      watch?.rearm()
     }
   }
 

@@ -1,3 +1,4 @@
+import CLoopShims
 import MainLoop
 import Synchronization
 
@@ -66,7 +67,13 @@ class SourceCore: @unchecked Sendable {
   /// which `activate` also sets ACTIVATED under); deliveries and the cancel handler read it
   /// only after activation (or once the source is released), so every reader sees the last
   /// write.
-  private(set) var queue: Queue
+  private(set) var queue: Queue {
+    didSet { queueReference = Unmanaged.passUnretained(queue) }
+  }
+  /// `queue` without a reference count of its own, for the per-event path, which would
+  /// otherwise retain and release the queue around every inline delivery. Safe while `queue`
+  /// holds the same object, which it does from the same writes on (`didSet`).
+  private var queueReference: Unmanaged<Queue>
   /// Whether the queue's target chain ends at the main queue (fixed at activation): events
   /// are then seen on the main loop. Every other source's events are seen by the service
   /// loop (timers, signals) or the I/O driver (descriptors), which the kinds start
@@ -79,13 +86,16 @@ class SourceCore: @unchecked Sendable {
   /// The data of the delivery in progress; read by the handler through `Source.data`.
   let currentData = Atomic<UInt>(0)
   private let cancelSteps = Atomic<Int>(2)
-  let handlers = LockedValue(Handlers())
+  /// A `Mutex` (one compare-and-swap to lock, one exchange to unlock, specialised inline)
+  /// because every delivery reads the event handler under it.
+  let handlers = Mutex(Handlers())
   /// The public `Source`, weakly: set once by its initialiser before the source can be
   /// activated; loading it is the runtime's thread-safe "retain if still alive".
   weak var owner: Source?
 
   init(queue: Queue, merge: DataMerge) {
     self.queue = queue
+    self.queueReference = Unmanaged.passUnretained(queue)
     self.deliversOnMainLoop = queue.root.kind == .main
     self.merge = merge
     RuntimeCounters.liveSources.wrappingAdd(1, ordering: .relaxed)
@@ -312,8 +322,8 @@ class SourceCore: @unchecked Sendable {
       if claimed { break }
       current = actual
     }
-    if mayRunInline && deliversOnMainLoop && EventLoop.main.isInLoopThread
-      && queue.runInlineOnMainLoopIfIdle({ deliver() })
+    if mayRunInline && deliversOnMainLoop && cls_is_main_thread_cached() != 0
+      && queueReference._withUnsafeGuaranteedRef({ $0.runInlineOnMainLoopIfIdle { deliver() } })
     {
       return .ranInline
     }
@@ -392,13 +402,16 @@ extension Queue {
   /// queue whose chain ends at it — and every queue up its chain are idle, holding them as a
   /// `sync` would; returns false without running it otherwise. Main loop thread only.
   func runInlineOnMainLoopIfIdle(_ body: () -> Void) -> Bool {
-    guard isSerialLike, tryClaimChainEndingAtMain() else { return false }
     if kind == .main {
+      // The main queue alone: claimed as `tryClaimChainEndingAtMain` would, without its walk.
+      guard trySyncLock() else { return false }
       ThreadFrame.with(self, exclusive: true, body)
-    } else {
-      ThreadFrame.with(Queue.main, exclusive: true) { withLockedChainFrames(body) }
-      unlockSyncChain()  // The serial queues claimed; the main queue is released next.
+      releaseSyncLock()
+      return true
     }
+    guard isSerialLike, tryClaimChainEndingAtMain() else { return false }
+    ThreadFrame.with(Queue.main, exclusive: true) { withLockedChainFrames(body) }
+    unlockSyncChain()  // The serial queues claimed; the main queue is released next.
     Queue.main.releaseSyncLock()
     return true
   }

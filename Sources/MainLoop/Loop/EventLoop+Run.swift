@@ -56,8 +56,15 @@ extension EventLoop {
       )
     }
     defer { running.store(false, ordering: .releasing) }
-    // A do-nothing timer makes sure a turn ends at the deadline.
-    let wakeAtDeadline = deadline == .distantFuture ? nil : schedule(at: deadline) {}
+    if deadline != .distantFuture && Deadline.now >= deadline {
+      if stopRequested.exchange(false, ordering: .acquiringAndReleasing) { return .stopped }
+      return condition() ? .condition : .deadline
+    }
+    // A timer ends the turn in which the deadline passes and says so, so turns read no
+    // clock for the deadline (a timer never fires early). Only the loop thread touches it.
+    let deadlinePassed = DeadlineFlag()
+    let wakeAtDeadline =
+      deadline == .distantFuture ? nil : schedule(at: deadline) { deadlinePassed.value = true }
     defer { wakeAtDeadline?.cancel() }
     while true {
       if stopRequested.load(ordering: .relaxed)
@@ -66,13 +73,21 @@ extension EventLoop {
         return .stopped
       }
       if condition() { return .condition }
-      if deadline != .distantFuture && Deadline.now >= deadline { return .deadline }
+      if deadlinePassed.value { return .deadline }
       let mayBlock = prepareToSleep()
       let result = event_base_loop(
         base, mayBlock ? cl_evloop_once : cl_evloop_once | cl_evloop_nonblock)
       if result < 0 { internalBug("event_base_loop failed on loop \"\(name)\"") }
       finishTurn()
-      turns.wrappingAdd(1, ordering: .relaxed)
+      // Single writer (the loop thread): a plain load-then-store, no locked add per turn.
+      turns.store(turns.load(ordering: .relaxed) &+ 1, ordering: .relaxed)
     }
   }
+}
+
+/// Set by `drive`'s deadline timer, read by `drive` after each turn.
+private final class DeadlineFlag: @unchecked Sendable {
+  // @unchecked Sendable: written by a timer of the loop and read by the loop's `drive`,
+  // both on the loop thread.
+  var value = false
 }

@@ -86,7 +86,10 @@ final class EventRegistration: @unchecked Sendable {
       let created = event_new(
         loop.base, fd, events,
         { _, what, context in
-          Unmanaged<EventRegistration>.fromOpaque(context!).takeUnretainedValue().fire(what)
+          // Guaranteed without a retain of its own: the loop's +1 (above) outlives the call.
+          Unmanaged<EventRegistration>.fromOpaque(context!)._withUnsafeGuaranteedRef {
+            $0.fire(what)
+          }
         }, context)
     else {
       // libevent refused the event (out of memory, or an invalid combination of flags). The

@@ -104,10 +104,18 @@ extension EventLoop {
     fd: Int32, for interest: FDInterest, oneShot: Bool = false,
     _ handler: @escaping @Sendable () -> Void
   ) throws(EventLoopError) -> FDWatch {
+    try watch(fd: fd, for: interest, oneShot: oneShot, eventHandler: { _ in handler() })
+  }
+
+  /// ``watch(fd:for:oneShot:_:)`` with a handler that takes libevent's event flags: the form
+  /// LoopDispatch's sources use, which saves the per-event hop through the wrapping closure.
+  package func watch(
+    fd: Int32, for interest: FDInterest, oneShot: Bool,
+    eventHandler: @escaping @Sendable (Int16) -> Void
+  ) throws(EventLoopError) -> FDWatch {
     try Self.validatePollable(fd)
-    let registration = EventRegistration(loop: self, descriptor: "fd \(fd) \(interest)") { _ in
-      handler()
-    }
+    let registration = EventRegistration(
+      loop: self, descriptor: "fd \(fd) \(interest)", handler: eventHandler)
     let flags = interest.libeventFlags | (oneShot ? 0 : cl_ev_persist)
     try register(registration, fd: fd, events: flags)
     return FDWatch(fd: fd, interest: interest, oneShot: oneShot, registration: registration)
