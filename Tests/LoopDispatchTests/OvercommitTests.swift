@@ -164,8 +164,16 @@ import Testing
   }
 
   /// Idle overcommit threads exit after the idle retirement time; the plain workers stay.
+  /// The child always exits 0 and writes its verdict, with the counts it saw, to standard
+  /// error, so that a failure on CI says which count was off (a failed exit test shows no
+  /// output).
   @Test func idleOvercommitThreadsRetire() async {
-    await #expect(processExitsWith: .success) {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      func verdict(_ text: String) -> Never {
+        let line = Array("\(text)\n".utf8)
+        line.withUnsafeBytes { _ = write(2, $0.baseAddress!, $0.count) }
+        exit(0)
+      }
       setenv("LOOPDISPATCH_IDLE_RETIREMENT_MS", "50", 1)  // Before the pool starts.
       let base = RuntimeStats.current.poolThreads
       let count = 16
@@ -179,12 +187,28 @@ import Testing
           if finished.increment() == count { done.open() }
         }
       }
-      guard done.wait(seconds: 60) else { exit(2) }
-      guard waitUntil({ $0.overcommitThreads == 0 }) else { exit(4) }
-      guard waitUntil({ _ in threadNames(prefix: "ld.oc.").isEmpty }) else { exit(5) }
-      let after = RuntimeStats.current
-      exit(after.poolThreads == base && workerThreadNames().count == base ? 0 : 6)
+      guard done.wait(seconds: 60) else { verdict("FAIL: the jobs did not finish") }
+      guard waitUntil({ $0.overcommitThreads == 0 }) else {
+        verdict("FAIL: \(RuntimeStats.current.overcommitThreads) overcommit threads left")
+      }
+      guard waitUntil({ _ in threadNames(prefix: "ld.oc.").isEmpty }) else {
+        verdict("FAIL: threads still named ld.oc.: \(threadNames(prefix: "ld.oc."))")
+      }
+      // Retirement is asynchronous: poll until the pool is back to its plain workers.
+      let settled = waitUntil {
+        $0.poolThreads == base && workerThreadNames().count == base
+      }
+      if !settled {
+        let names = allThreadNames().sorted().joined(separator: ", ")
+        verdict(
+          "FAIL: base \(base), pool threads \(RuntimeStats.current.poolThreads) "
+            + "(overcommit \(RuntimeStats.current.overcommitThreads)), "
+            + "ld.worker. names \(workerThreadNames().count); threads: \(names)")
+      }
+      verdict("VERDICT ok")
     }
+    let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+    #expect(text.contains("VERDICT ok"), "\(text)")
   }
 
   /// Many small overcommit jobs from several threads, some submitting more, while workers
@@ -298,6 +322,11 @@ private func currentThreadName() -> String {
 }
 
 /// Names of this process's threads that begin with `prefix`.
+/// The kernel names of every thread of this process.
+private func allThreadNames() -> [String] {
+  taskIDs().map { readSmallFile("/proc/self/task/\($0)/comm").trimmingSuffix("\n") }
+}
+
 private func threadNames(prefix: String) -> [String] {
   taskIDs().map { readSmallFile("/proc/self/task/\($0)/comm") }.filter { $0.hasPrefix(prefix) }
 }
