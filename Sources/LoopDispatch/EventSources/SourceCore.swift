@@ -323,7 +323,7 @@ class SourceCore: @unchecked Sendable {
       current = actual
     }
     if mayRunInline && deliversOnMainLoop && cls_is_main_thread_cached() != 0
-      && queueReference._withUnsafeGuaranteedRef({ $0.runInlineOnMainLoopIfIdle { deliver() } })
+      && queueReference._withUnsafeGuaranteedRef({ $0.runInlineOnMainLoopIfIdle(delivering: self) })
     {
       return .ranInline
     }
@@ -356,8 +356,8 @@ class SourceCore: @unchecked Sendable {
     return handler
   }
 
-  /// Runs on the target queue with PENDING held.
-  private func deliver() {
+  /// Runs on the target queue with PENDING held (also `Queue.runInlineOnMainLoopIfIdle`).
+  fileprivate func deliver() {
     if deliverWithoutFinishing() { finishDelivery() }
   }
 
@@ -409,19 +409,23 @@ class SourceCore: @unchecked Sendable {
 }
 
 extension Queue {
-  /// Runs `body` at once on the main loop's thread if this queue — the main queue, or a serial
-  /// queue whose chain ends at it — and every queue up its chain are idle, holding them as a
-  /// `sync` would; returns false without running it otherwise. Main loop thread only.
-  func runInlineOnMainLoopIfIdle(_ body: () -> Void) -> Bool {
+  /// Runs `source`'s delivery at once on the main loop's thread if this queue — the main
+  /// queue, or a serial queue whose chain ends at it — and every queue up its chain are idle,
+  /// holding them as a `sync` would; returns false without running it otherwise. Main loop
+  /// thread only.
+  ///
+  /// Takes the source rather than a closure: a closure capturing it cost a retain and a
+  /// release per event.
+  func runInlineOnMainLoopIfIdle(delivering source: SourceCore) -> Bool {
     if kind == .main {
       // The main queue alone: claimed as `tryClaimChainEndingAtMain` would, without its walk.
       guard trySyncLock() else { return false }
-      ThreadFrame.with(self, exclusive: true, body)
+      ThreadFrame.with(self, exclusive: true) { source.deliver() }
       releaseSyncLock()
       return true
     }
     guard isSerialLike, tryClaimChainEndingAtMain() else { return false }
-    ThreadFrame.with(Queue.main, exclusive: true) { withLockedChainFrames(body) }
+    ThreadFrame.with(Queue.main, exclusive: true) { withLockedChainFrames { source.deliver() } }
     unlockSyncChain()  // The serial queues claimed; the main queue is released next.
     Queue.main.releaseSyncLock()
     return true
