@@ -60,6 +60,24 @@ import Testing
 
   /// A serial queue targeting another serial queue: the whole chain is claimed, and both
   /// queues are current for the work.
+  /// Timers far enough apart set the timerfd early, by the wake-up delay the driver learns
+  /// from their expiries, and spin to the deadline: the expiries are counted as early, the
+  /// learnt advance stays within its cap, and no work starts before its deadline.
+  @Test func timersFarApartWakeEarlyButNeverRunEarly() throws {
+    let key = SpecificKey<Int>()
+    let queue = Queue(label: "driver-timers.early")
+    queue.setSpecific(key: key, value: 7)
+    let timers = try #require(DriverTimers.shared)
+    let before = timers.earlyWakes.load(ordering: .relaxed)
+    for _ in 0..<40 {
+      let run = try #require(runOne(on: queue, key: key, delay: .milliseconds(2)))
+      #expect(!run.early)
+    }
+    // The first expiry teaches the advance; the later ones, 2 ms apart, are set early.
+    #expect(timers.earlyWakes.load(ordering: .relaxed) > before)
+    #expect(timers.wakeAdvanceNanoseconds <= DriverTimers.maxWakeAdvance)
+  }
+
   @Test func afterOntoAnIdleSerialChainRunsInlineWithTheChainCurrent() throws {
     let outerKey = SpecificKey<Int>()
     let parent = Queue(label: "driver-timers.parent")

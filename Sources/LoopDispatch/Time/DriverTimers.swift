@@ -20,6 +20,8 @@ import Synchronization
 ///    persistent) expires at or after the deadline it is armed for; the kernel never fires it
 ///    early, and step 2 re-checks anyway. Edge-triggered, each expiry is reported once,
 ///    whether or not its count was read: no `read`, no `epoll_ctl`, ever.
+///    Woken early on purpose (see "Waking early"), the thread first spins until the earliest
+///    deadline, at most `maxWakeAdvance` and a quarter.
 /// 2. Under `lock`: file the pending timers (see "Scheduling"), read the clock once, pop
 ///    every timer whose deadline is at or before that instant (a cancelled one, already
 ///    marked removed, is dropped). After step 3, if timers fell due meanwhile, another pass
@@ -41,6 +43,19 @@ import Synchronization
 ///    Otherwise (the queue is busy or has work queued, which the batch of step 3 may just
 ///    have added) it is submitted like the rest, behind anything already queued: the work
 ///    of one queue keeps its deadline order either way.
+///
+/// Waking early: on these VMs a thread sleeping in `epoll_wait` runs 30–70 µs after its
+/// timerfd expires (the halted virtual CPU's wake-up), and that delay was the whole lateness
+/// of an `after` on an idle serial queue: Dispatch's extra hop to a worker costs it only
+/// 5–10% more. So the descriptor is set to expire `wakeAdvance` before the earliest deadline,
+/// `wakeAdvance` being the average of the measured delays (expiry to this thread running,
+/// each capped at `maxWakeAdvance`, 150 µs), and the woken thread spins the rest of the way.
+/// Only a deadline at least `earlyWakeMinimumDelay` (500 µs) away is armed early: the spin
+/// then replaces a sleep. Timers closer together (a dense burst) are armed at their deadline
+/// as before, or the poller would spin from one to the next. Whichever thread holds the
+/// poller role pays the spin: about the delay's variation per early timer (a few µs to
+/// tens), never the time the timer waited. Deadlines and `armedDeadline` stay the true ones;
+/// only the descriptor's instant moves.
 ///
 /// Scheduling (any thread, `schedule`), as the event loop's `add` does it: the timer is pushed
 /// onto `pending`, a lock-free stack linked through the timers (`nextPendingInsertion`), and
@@ -97,6 +112,15 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
   private var armedDeadline: UInt64 = 0
   /// Protected by: `lock`. The clock reading of the last expiry (the coalescing window).
   private var lastExpiry: UInt64 = 0
+  /// Protected by: `lock`. How long before a deadline the timerfd is set to expire: the
+  /// average delay from an expiry to this thread running (see "Waking early" below).
+  private var wakeAdvance: UInt64 = 0
+  /// Protected by: `lock`. The instant the timerfd was last set to expire, when that was in
+  /// the future (0 otherwise): its expiry measures the wake-up delay.
+  private var armedExpiry: UInt64 = 0
+  /// Protected by: `lock`. Whether the timerfd was last set to expire early (`wakeAdvance`
+  /// before its deadline): only such an expiry spins to the deadline.
+  private var armedEarly = false
 
   /// Atomic. Timers scheduled and not yet in the heap: the address of the newest, linked
   /// through `nextPendingInsertion`, each holding one retain (taken by `schedule`, handed to
@@ -119,6 +143,11 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
   /// inline on a driver thread (for `RuntimeStats` and tests).
   let firedCount = Atomic<UInt64>(0)
   let inlineCount = Atomic<UInt64>(0)
+  /// Atomic. Expiries of a timerfd set early ("Waking early"), for tests.
+  let earlyWakes = Atomic<UInt64>(0)
+
+  /// How early the timerfd is set before a deadline far enough away, in ns (for tests).
+  var wakeAdvanceNanoseconds: UInt64 { lock.withLock { _ in wakeAdvance } }
 
   private init(driver: IODriver, timerFD: Int32) {
     self.driver = driver
@@ -208,9 +237,17 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
   /// Under `lock`: sets the timerfd for `deadline` (never 0, which would disarm it) and
   /// publishes it to the schedulers.
   private func arm(_ deadline: UInt64) {
-    if cls_timerfd_set_abs(timerFD, deadline) != 0 {
+    // Waking early (see above), only for a deadline far enough away that the thread will
+    // sleep: timers closer together than that would keep the poller spinning between them.
+    let now = Deadline.now.uptimeNanoseconds
+    armedEarly =
+      wakeAdvance > 0 && deadline > now && deadline - now >= Self.earlyWakeMinimumDelay
+    let expiry = armedEarly ? deadline - wakeAdvance : deadline
+    if cls_timerfd_set_abs(timerFD, expiry) != 0 {
       internalBug("timerfd_settime of the driver timers failed: errno \(cls_errno())")
     }
+    // An instant already past expires at once, which says nothing of the wake-up delay.
+    armedExpiry = expiry > now ? expiry : 0
     armedDeadline = deadline
     // Sequentially consistent: the poller's half of the Dekker pair (see above).
     armedForSchedulers.store(deadline, ordering: .sequentiallyConsistent)
@@ -223,7 +260,15 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
   /// `fireTimerPasses` does; bounded so that the poller returns to `epoll_wait`.
   static let maxPasses = 4
 
+  /// The most a wake-up delay counts for in `wakeAdvance` (a thread preempted for longer
+  /// says nothing of the next wake-up), and so the longest this thread waits for a deadline.
+  static let maxWakeAdvance: UInt64 = 150_000  // 150 µs.
+  /// The timerfd is set early only for a deadline at least this far away (as the poller
+  /// would sleep until it), so that the spin replaces a sleep, never a busy stretch.
+  static let earlyWakeMinimumDelay: UInt64 = 500_000  // 500 µs.
+
   func ownedDescriptorFired(_ registration: OwnedRegistration, events: UInt32) {
+    waitForEarliestDeadline()
     for pass in 0..<Self.maxPasses {
       let held = firePass(first: pass == 0)
       // Step 2's end: re-arm, unless timers fell due meanwhile (another pass pops them). Done
@@ -235,6 +280,34 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
       }
       if !another { return }
     }
+  }
+
+  /// Step 1, woken early: learns the wake-up delay from this expiry, then waits, spinning,
+  /// for the earliest deadline if it is at most `wakeAdvance` (plus a quarter) away. The
+  /// deadline itself is never anticipated: step 2 pops only timers due by the clock.
+  private func waitForEarliestDeadline() {
+    let earliest = lock.withLock { _ -> UInt64? in
+      let now = Deadline.now.uptimeNanoseconds
+      if armedExpiry != 0 && now >= armedExpiry {
+        // An average over the last expiries (weight 1/8 for the newest).
+        let delay = Swift.min(now - armedExpiry, Self.maxWakeAdvance)
+        wakeAdvance = (wakeAdvance * 7 + delay) / 8
+        armedExpiry = 0
+      }
+      guard armedEarly else { return nil }
+      armedEarly = false
+      earlyWakes.wrappingAdd(1, ordering: .relaxed)
+      insertPending()
+      heap.dropRemovedFirst()
+      guard let first = heap.firstDeadline, first > now,
+        first - now <= wakeAdvance + wakeAdvance / 4
+      else { return nil }
+      return first
+    }
+    guard let earliest else { return }
+    // Spinning, not sleeping: a sleep would cost the very wake-up delay that waking early
+    // saves. Bounded by `maxWakeAdvance` and a quarter.
+    while Deadline.now.uptimeNanoseconds < earliest { cls_cpu_relax() }
   }
 
   /// Steps 2 (popping) and 3 of one pass; returns the work held back for step 4.
