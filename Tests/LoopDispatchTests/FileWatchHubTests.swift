@@ -7,11 +7,12 @@ import Testing
 @testable import LoopDispatch
 
 /// The process's inotify hub (`FileWatchHub`) when things go wrong around it: a source leaving
-/// while the reader translates. Each runs in a child process: the hub is the process's, and the
-/// seams these tests use (a hook before each `fstat`) would disturb every other file source test
-/// running beside them. Every wait is on a semaphore with a generous timeout; none sleeps. A child
-/// always exits 0 and writes its verdict to standard error, so that a failure says what went wrong
-/// (a failed exit test shows no output).
+/// while the reader translates, a kernel watch dropped with its IN_IGNORED lost in an overflow.
+/// Each runs in a child process: the hub is the process's, and the seams these tests use (a hook
+/// before each `fstat`, a suspended reader) would disturb every other file source test running
+/// beside them. Every wait is on a semaphore with a generous timeout; none sleeps. A child always
+/// exits 0 and writes its verdict to standard error, so that a failure says what went wrong (a
+/// failed exit test shows no output).
 @Suite struct FileWatchHubTests {
   /// A source leaves, and another joins, while the reader is between its `fstat` of the
   /// file's duplicate and applying what it saw (the hook runs there): neither waits for the
@@ -84,6 +85,53 @@ import Testing
         joined.cancelAndWait()
         witness.cancelAndWait()
         if inotifyWatchCount(inode: inode) != 0 { exitWithVerdict("FAIL: a kernel watch was left") }
+        exitWithVerdict("VERDICT ok")
+      } catch {
+        exitWithVerdict("FAIL: \(error)")
+      }
+    }
+    expectVerdictOK(result)
+  }
+
+  /// The kernel drops a watch (made here with `inotify_rm_watch` behind the hub's back, as an
+  /// unmount would) and its IN_IGNORED is lost (the queue is drained unread, as an overflow
+  /// drops it), then an overflow is reported: the hub finds the watch gone, reports REVOKE
+  /// and forgets it (removing the kernel watch its check made), while a live watch stays
+  /// and still reports.
+  @Test func anOverflowThatLostAnIgnoredEventRevokesTheDroppedWatch() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      do {
+        let file = try TemporaryFile()
+        let other = try TemporaryFile()
+        let dropped = try Watcher(file, events: [.revoke, .write])
+        let kept = try Watcher(other, events: [.write, .extend])
+        let hub = try FileWatchHub.start(for: file.fd)
+        guard let droppedCore = dropped.source.core as? FileSourceCore,
+          let keptCore = kept.source.core as? FileSourceCore,
+          let wd = hub.watchDescriptor(of: droppedCore),
+          let keptWD = hub.watchDescriptor(of: keptCore)
+        else { exitWithVerdict("FAIL: no watch descriptors") }
+        hub.suspendReading()
+        if cls_inotify_unwatch(hub.inotifyFD, wd) != 0 { exitWithVerdict("FAIL: inotify_rm_watch") }
+        var lost = [UInt8](repeating: 0, count: Int(cls_inotify_buffer_size))
+        while read(hub.inotifyFD, &lost, lost.count) > 0 {}  // The IN_IGNORED, lost.
+        hub.handleForTesting(mask: cls_in_q_overflow, wd: -1)
+        if hub.watchDescriptor(of: droppedCore) != nil {
+          exitWithVerdict("FAIL: the dead watch is kept")
+        }
+        if hub.watchDescriptor(of: keptCore) != keptWD {
+          exitWithVerdict("FAIL: the live watch changed")
+        }
+        if inotifyWatchCount(inode: file.inode) != 0 {
+          exitWithVerdict("FAIL: the check's watch was left")
+        }
+        hub.resumeReading()
+        if !dropped.waitFor(.revoke) { exitWithVerdict("FAIL: no REVOKE: \(dropped.deliveries)") }
+        try other.append("after the overflow")
+        if !kept.waitFor([.write, .extend]) { exitWithVerdict("FAIL: kept: \(kept.deliveries)") }
+        dropped.cancelAndWait()
+        kept.cancelAndWait()
+        if hub.watchCount != 0 { exitWithVerdict("FAIL: \(hub.watchCount) watches left") }
         exitWithVerdict("VERDICT ok")
       } catch {
         exitWithVerdict("FAIL: \(error)")

@@ -66,6 +66,8 @@ import MainLoop
 /// - If the kernel's event queue overflows (`/proc/sys/fs/inotify/max_queued_events`), what
 ///   was lost is recovered by comparing each file's size, link count and times with those
 ///   last seen: writes, attribute changes, links and deletions are reported, renames are not.
+///   Each file's watch is also checked with the kernel: one it dropped meanwhile (its notice
+///   lost with the rest) reports ``Events/revoke``, as it would have.
 ///
 /// Cancel the source before closing the descriptor, and close it in the cancel handler.
 /// Thread-safety: every method may be called from any thread.

@@ -127,13 +127,22 @@ extension FileWatchHub {
     Self.merge(events, into: watch.sources, &merged)
   }
 
-  /// Events of `wd` may have been lost (the kernel's queue overflowed): reports what the
-  /// file's state `now` shows changed since it was last seen. Under the lock.
+  /// Events of `wd` may have been lost (the kernel's queue overflowed): checks that the
+  /// kernel still has the watch, then reports what the file's state `now` shows changed
+  /// since it was last seen. Under the lock.
   private func recoverOverflow(
     _ wd: Int32, _ file: WatchedFile, now: FileState?, in table: inout Table,
     into merged: inout Merged
   ) {
     guard let watch = table.watches[wd], watch.file === file else { return }  // Gone meanwhile.
+    // The overflow may have cost the watch its IN_IGNORED. Adding the watch again with the
+    // mask the kernel has changes nothing on a live watch, and returns its wd; any other
+    // answer means the kernel dropped it.
+    let probed = cls_inotify_watch_descriptor(inotifyFD, file.fd, watch.mask | cls_in_mask_add)
+    guard probed == wd else {
+      revokeDropped(wd, watch, probed: probed, now: now, in: &table, into: &merged)
+      return
+    }
     guard let now else { return }
     var events: FileSource.Events = []
     if now.size != watch.state.size
@@ -156,6 +165,27 @@ extension FileWatchHub {
     updated.state = now
     table.watches[wd] = updated
     Self.merge(events, into: watch.sources, &merged)
+  }
+
+  /// The kernel dropped the watch of `wd` and its IN_IGNORED was lost: as if it had come
+  /// (REVOKE, the watch forgotten). `probed` is what adding the watch again returned: a new
+  /// kernel watch is removed again (its IN_IGNORED names a wd not in the table, and is
+  /// skipped); the watch of another entry (the file joined again after the drop, under a new
+  /// wd) keeps the mask the probe or-ed into it. Under the lock.
+  private func revokeDropped(
+    _ wd: Int32, _ watch: Watch, probed: Int32, now: FileState?, in table: inout Table,
+    into merged: inout Merged
+  ) {
+    if probed >= 0 {
+      if var other = table.watches[probed] {
+        if let now { other.widen(by: watch.mask, now: now) } else { other.mask |= watch.mask }
+        table.watches[probed] = other
+      } else {
+        _ = cls_inotify_unwatch(inotifyFD, probed)
+      }
+    }
+    forget(wd, watch, in: &table)
+    Self.merge(.revoke, into: watch.sources, &merged)
   }
 
   /// Removes the watch of `wd`, which the kernel no longer has, and unlists its sources. Its

@@ -30,8 +30,9 @@ import MainLoop
 ///    watch). An `IN_IGNORED` for a wd still in the table means the kernel dropped the watch
 ///    itself (the file system was unmounted): its sources get REVOKE and the watch is
 ///    forgotten.
-/// 5. If the kernel's queue overflowed (`IN_Q_OVERFLOW`), events of any watch may be lost:
-///    what each file's state shows changed is reported.
+/// 5. If the kernel's queue overflowed (`IN_Q_OVERFLOW`), events of any watch may be lost, its
+///    `IN_IGNORED` included: every watch is checked with the kernel (a watch it dropped is
+///    revoked as in step 4) and what its file's state shows changed is reported.
 ///
 /// Who may touch what: `table` is behind its lock, which also serialises every
 /// `inotify_add_watch` and `inotify_rm_watch` with the table, so a joining source and the
@@ -115,6 +116,8 @@ final class FileWatchHub: @unchecked Sendable {
   /// The internal read source on `inotifyFD`. Set once by `startSlow`, before the hub is
   /// published (under `shared`'s lock, which every later reader of it took first).
   private var reader: ReadSource?
+  /// The reader's target queue. Set with `reader`.
+  private var readerQueue: Queue?
   /// The read buffer, allocated once: the hub is never released (it is published for the
   /// process's life), so the memory is never freed. Only touched by the reader's handler,
   /// which runs on one serial queue, one run at a time.
@@ -173,6 +176,7 @@ final class FileWatchHub: @unchecked Sendable {
       return .failure(error)
     }
     hub.reader = reader
+    hub.readerQueue = queue
     return .success(hub)
   }
 
@@ -275,8 +279,12 @@ final class FileWatchHub: @unchecked Sendable {
   var watchCount: Int { table.withLock { $0.watches.count } }
 
   /// Stops reading events until `resumeReading` (lets the kernel's queue fill up and
-  /// overflow). Any thread.
-  func suspendReading() { reader?.suspend() }
+  /// overflow). When it returns, no read is in progress and none starts. Any thread but the
+  /// reader's queue.
+  func suspendReading() {
+    reader?.suspend()
+    readerQueue?.sync {}  // Waits out a reader run that started before the suspend.
+  }
 
   /// Undoes `suspendReading`. Any thread.
   func resumeReading() { reader?.resume() }
