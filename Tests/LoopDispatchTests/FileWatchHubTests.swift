@@ -6,13 +6,14 @@ import Testing
 
 @testable import LoopDispatch
 
-/// The process's inotify hub (`FileWatchHub`) when things go wrong around it: a source leaving
-/// while the reader translates, a kernel watch dropped with its IN_IGNORED lost in an overflow.
-/// Each runs in a child process: the hub is the process's, and the seams these tests use (a hook
-/// before each `fstat`, a suspended reader) would disturb every other file source test running
-/// beside them. Every wait is on a semaphore with a generous timeout; none sleeps. A child always
-/// exits 0 and writes its verdict to standard error, so that a failure says what went wrong (a
-/// failed exit test shows no output).
+/// The process's inotify hub (`FileWatchHub`) when things go wrong around it: a source
+/// leaving while the reader translates, a kernel watch dropped with its IN_IGNORED lost in an
+/// overflow, reads that fail. Each runs in a child process: the hub is the process's, and
+/// the seams these tests use (a hook before each `fstat`, failing reads, a suspended reader)
+/// would disturb every other file source test running beside them. Every wait is on a
+/// semaphore with a generous timeout; none sleeps. A child always exits 0 and writes its
+/// verdict to standard error, so that a failure says what went wrong (a failed exit test
+/// shows no output).
 @Suite struct FileWatchHubTests {
   /// A source leaves, and another joins, while the reader is between its `fstat` of the
   /// file's duplicate and applying what it saw (the hook runs there): neither waits for the
@@ -138,6 +139,45 @@ import Testing
       }
     }
     expectVerdictOK(result)
+  }
+
+  /// Four reads of the inotify descriptor fail (injected `EIO`) while a change waits: one
+  /// line on standard error names the error, the reader pauses between tries (10, 20, 40 and
+  /// 80 ms: so the change arrives no earlier than 150 ms later, where a reader retrying at
+  /// once would take microseconds), and the change then arrives.
+  @Test func failingReadsAreReportedOnceAndRetriedAfterAPause() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      do {
+        let file = try TemporaryFile()
+        let watcher = try Watcher(file, events: [.write, .extend])
+        let hub = try FileWatchHub.start(for: file.fd)
+        hub.failReadsForTesting(4)
+        let start = Deadline.now
+        try file.append("behind failing reads")
+        if !watcher.waitFor([.write, .extend]) { exitWithVerdict("FAIL: \(watcher.deliveries)") }
+        let waited = Deadline.now - start
+        if waited < .milliseconds(150) {
+          exitWithVerdict("FAIL: the reader did not pause: \(waited)")
+        }
+        let before = watcher.deliveries.count
+        try file.append("once reads work")
+        if !watcher.waitFor(.write, after: before) {
+          exitWithVerdict("FAIL: \(watcher.deliveries)")
+        }
+        watcher.cancelAndWait()
+        exitWithVerdict("VERDICT ok")
+      } catch {
+        exitWithVerdict("FAIL: \(error)")
+      }
+    }
+    expectVerdictOK(result)
+    let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+    let lines = text.split(separator: "\n").filter { $0.hasPrefix("LoopDispatch:") }
+    #expect(lines.count == 1, "stderr: \(text)")
+    #expect(
+      lines.first?.hasPrefix(
+        "LoopDispatch: file sources: reading the inotify descriptor failed (errno 5: ") == true,
+      "stderr: \(text)")
   }
 }
 

@@ -1,6 +1,7 @@
 import CLoopShims
 import Glibc
 import MainLoop
+import Synchronization
 
 /// The process's one inotify instance, shared by every ``FileSource``.
 ///
@@ -33,17 +34,21 @@ import MainLoop
 /// 5. If the kernel's queue overflowed (`IN_Q_OVERFLOW`), events of any watch may be lost, its
 ///    `IN_IGNORED` included: every watch is checked with the kernel (a watch it dropped is
 ///    revoked as in step 4) and what its file's state shows changed is reported.
+/// 6. A `read` that fails (other than `EAGAIN`, `EINTR`) is reported on standard error, once
+///    per run of failures, and the reader pauses (10 ms, doubling up to 1 s) before it reads
+///    again, so a failure that repeats does not make the driver spin.
 ///
 /// Who may touch what: `table` is behind its lock, which also serialises every
 /// `inotify_add_watch` and `inotify_rm_watch` with the table, so a joining source and the
 /// last leaving one always agree on whether the kernel watch exists. No `fstat` and no
 /// `close` runs under the lock (either may block on a network or FUSE file system, which
 /// would hold up every source joining or leaving). `inotifyFD` is immutable and `reader` is
-/// set once before the hub is published; `buffer` is touched only by the reader's handler
-/// (on its serial queue).
+/// set once before the hub is published; `buffer` and `readFailures` are touched only by the
+/// reader's handler (on its serial queue).
 final class FileWatchHub: @unchecked Sendable {
-  // @unchecked Sendable: `table` is behind its lock; `buffer` is confined to the reader's
-  // serial queue; `reader` is written once before publication; the rest is immutable.
+  // @unchecked Sendable: `table` is behind its lock; `buffer` and `readFailures` are
+  // confined to the reader's serial queue; `reader` is written once before publication;
+  // `injectedReadFailures` is atomic; the rest is immutable.
 
   /// What the hub last saw of a watched file.
   struct FileState {
@@ -123,6 +128,13 @@ final class FileWatchHub: @unchecked Sendable {
   /// which runs on one serial queue, one run at a time.
   private let buffer = UnsafeMutableRawPointer.allocate(
     byteCount: Int(cls_inotify_buffer_size), alignment: 8)
+  /// The reads that failed in a row (step 6): 0 after one that worked. Only touched by the
+  /// reader's handler.
+  private var readFailures = 0
+  /// How many of the next reads fail with `EIO` without calling `read` (for tests). Atomic;
+  /// the reader is the only one to decrement it.
+  private let injectedReadFailures = Atomic<Int>(0)
+
   private init(inotifyFD: Int32) {
     self.inotifyFD = inotifyFD
   }
@@ -262,15 +274,82 @@ final class FileWatchHub: @unchecked Sendable {
   /// source's events and schedules its handler. On the reader's serial queue.
   private func readEvents() {
     var merged: Merged = [:]
-    while true {
-      let length = read(inotifyFD, buffer, Int(cls_inotify_buffer_size))
-      if length <= 0 { break }  // EAGAIN: all read (the read source re-arms after us).
-      translate(Self.events(in: buffer, length: length), into: &merged)
+    reading: while true {
+      switch readKernelQueue() {
+      case .read(let length):
+        readFailures = 0
+        translate(Self.events(in: buffer, length: length), into: &merged)
+      case .empty:
+        readFailures = 0
+        break reading  // All read (the read source re-arms after us).
+      case .interrupted:
+        continue
+      case .failed(let code):
+        readFailedSlow(code)
+        break reading
+      }
     }
     // Outside the lock: a handler that runs at once may cancel its source (`leave`).
     for (core, events) in merged.values {
       core.signal(events, mayRunInline: false)
     }
+  }
+
+  /// What one `read` of the inotify descriptor gave.
+  private enum ReadOutcome {
+    /// This many bytes of whole events.
+    case read(Int)
+    /// Nothing queued (`EAGAIN`).
+    case empty
+    case interrupted
+    case failed(Int32)
+  }
+
+  /// One `read` of the kernel's queue into `buffer` (or a failure injected by a test).
+  private func readKernelQueue() -> ReadOutcome {
+    if injectedReadFailures.load(ordering: .relaxed) > 0 {
+      // The reader alone decrements; a test may store a new count meanwhile, which the
+      // compare-exchange sees (the count never goes below 0).
+      var left = injectedReadFailures.load(ordering: .relaxed)
+      while left > 0 {
+        let (done, actual) = injectedReadFailures.compareExchange(
+          expected: left, desired: left - 1, ordering: .relaxed)
+        if done { return .failed(EIO) }
+        left = actual
+      }
+    }
+    let length = read(inotifyFD, buffer, Int(cls_inotify_buffer_size))
+    if length > 0 { return .read(length) }
+    // 0 cannot come from inotify (a buffer too small for the next event is EINVAL): take it
+    // as nothing to read rather than loop on it.
+    if length == 0 { return .empty }
+    switch errno {
+    case EAGAIN: return .empty
+    case EINTR: return .interrupted
+    case let code: return .failed(code)
+    }
+  }
+
+  /// Step 6: a read failed. Says so (once per run of failures, which a read that works
+  /// ends), and pauses the reader: the descriptor is still readable, so reading again at once
+  /// would fail again at once, every turn of the driver. The pause doubles with each failure
+  /// in a row, from 10 ms to at most 1 s; the events wait in the kernel's queue
+  /// meanwhile (and a long run of failures may overflow it, which step 5 recovers from).
+  /// Reader's queue.
+  @inline(never)
+  private func readFailedSlow(_ code: Int32) {
+    readFailures += 1
+    let pause = Duration.milliseconds(Swift.min(10 << Swift.min(readFailures - 1, 7), 1000))
+    if readFailures == 1 {
+      writeStandardError(
+        "LoopDispatch: file sources: reading the inotify descriptor failed (errno \(code): "
+          + "\(String(cString: strerror(code)))); retrying after a pause, doubling while it "
+          + "fails: file events may arrive late\n")
+    }
+    guard let reader else { return }
+    reader.suspend()
+    // The hub lives for the process's life: the timer may hold the reader.
+    _ = ServiceLoop.shared.schedule(after: pause) { reader.resume() }
   }
 
   // MARK: For tests
@@ -303,6 +382,12 @@ final class FileWatchHub: @unchecked Sendable {
     for (core, events) in merged.values {
       core.signal(events, mayRunInline: false)
     }
+  }
+
+  /// Makes the next `count` reads of the kernel's queue fail with `EIO` (0: none). Any
+  /// thread.
+  func failReadsForTesting(_ count: Int) {
+    injectedReadFailures.store(count, ordering: .relaxed)
   }
 
   /// Sets (or, with nil, clears) the hook called just before each `fstat` of the reader.
