@@ -63,6 +63,50 @@ import Testing
     }
   }
 
+  /// A file that takes only part of the trigger (a regular file under a small
+  /// RLIMIT_FSIZE, which cuts the write short; in a child process, the limit being the
+  /// process's): creation fails as for a refused trigger, naming the short write, and closes
+  /// the descriptor it opened.
+  @Test func aShortTriggerWriteFailsCreation() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      let file: TemporaryFile
+      do { file = try TemporaryFile() } catch { exitWithVerdict("FAIL: \(error)") }
+      let before = countDescriptors(linkingTo: file.path)
+      signal(SIGXFSZ, SIG_IGN)  // A write at the limit would raise it; one across it is cut.
+      let resource = __rlimit_resource_t(RLIMIT_FSIZE.rawValue)
+      var saved = rlimit()
+      if getrlimit(resource, &saved) != 0 { exitWithVerdict("FAIL: getrlimit: errno \(errno)") }
+      var limit = saved
+      limit.rlim_cur = 5
+      if setrlimit(resource, &limit) != 0 { exitWithVerdict("FAIL: setrlimit: errno \(errno)") }
+      let outcome: Result<MemoryPressureSource, EventLoopError>
+      do throws(EventLoopError) {
+        outcome = .success(
+          try MemoryPressureSource(
+            levels: .warning, pressureFile: file.path, queue: .global(), label: "short"))
+      } catch {
+        outcome = .failure(error)
+      }
+      if setrlimit(resource, &saved) != 0 { exitWithVerdict("FAIL: setrlimit: errno \(errno)") }
+      switch outcome {
+      case .success: exitWithVerdict("FAIL: creation succeeded after a short write of the trigger")
+      case .failure(.unsupported(let feature, let reason)):
+        let expected =
+          "\(file.path) took only 5 of the 20 bytes of the trigger \"some 300000 2000000\" "
+          + "(a short write, which sets no trigger)"
+        if feature != "memory pressure notification" || reason != expected {
+          exitWithVerdict("FAIL: \(feature): \(reason)")
+        }
+      case .failure(let error): exitWithVerdict("FAIL: \(error)")
+      }
+      if countDescriptors(linkingTo: file.path) != before {
+        exitWithVerdict("FAIL: a descriptor was kept")
+      }
+      exitWithVerdict("VERDICT ok")
+    }
+    expectVerdictOK(result)
+  }
+
   @Test func aWarningIsReportedThenNormalAfterTheQuietPeriod() throws {
     let (watched, peer) = try urgentDataPair()
     let queue = Queue(label: "pressure-events")

@@ -66,6 +66,12 @@ import MainLoop
 /// - If the kernel's event queue overflows (`/proc/sys/fs/inotify/max_queued_events`), what
 ///   was lost is recovered by comparing each file's size, link count and times with those
 ///   last seen: writes, attribute changes, links and deletions are reported, renames are not.
+///   Each file's watch is also checked with the kernel: one it dropped meanwhile (its notice
+///   lost with the rest) reports ``Events/revoke``, as it would have.
+/// - If reading the kernel's events fails (other than for want of events), a line on
+///   standard error says so, and the reading pauses (10 ms, doubling up to 1 s while it keeps
+///   failing) before trying again: events then arrive late, merged, but are not lost unless
+///   the queue overflows meanwhile (see above).
 ///
 /// Cancel the source before closing the descriptor, and close it in the cancel handler.
 /// Thread-safety: every method may be called from any thread.

@@ -1,6 +1,7 @@
 import CLoopShims
 import Glibc
 import MainLoop
+import Synchronization
 
 /// The process's one inotify instance, shared by every ``FileSource``.
 ///
@@ -15,27 +16,39 @@ import MainLoop
 ///    one file share one `Watch`: the sources, the kernel mask (the union of what they asked
 ///    for; it only grows while the watch lives, as `IN_MASK_ADD` makes it, and events no
 ///    source asked for are dropped by the filter in step 3), a private duplicate of a
-///    descriptor of the file (to `fstat` it at each event) and the file's state last seen.
+///    descriptor of the file (a `WatchedFile`, to `fstat` it at each event) and the file's
+///    state last seen.
 /// 3. The reader reads every queued event, translates each into ``FileSource/Events`` with
-///    one `fstat` of the watch's duplicate (EXTEND: the size grew; LINK: the link count
-///    changed; DELETE: it dropped to 0, see ``FileSource``), and or-s the events each
-///    activated source asked for into its data, then schedules each source's handler on its
-///    target queue (never inline: one hop from the reader).
+///    the file's state (EXTEND: the size grew; LINK: the link count changed; DELETE: it
+///    dropped to 0, see ``FileSource``; one `fstat` of the duplicate per file per read, made
+///    outside the lock: `FileWatchHub+Translation.swift`), and or-s the events each activated
+///    source asked for into its data, then schedules each source's handler on its target
+///    queue (never inline: one hop from the reader).
 /// 4. A source leaving (cancel) is removed from its watch; the last one removes the kernel
-///    watch (`inotify_rm_watch`) and closes the duplicate. The `IN_IGNORED` the removal
-///    queues names a wd no longer in the table and is skipped (the kernel hands out wds
-///    cyclically, so the number is not reused by the next watch). An `IN_IGNORED` for a wd
-///    still in the table means the kernel dropped the watch itself (the file system was
-///    unmounted): its sources get REVOKE and the watch is forgotten.
+///    watch (`inotify_rm_watch`) and lets go of the duplicate (closed once no reader holds
+///    it either). The `IN_IGNORED` the removal queues names a wd no longer in the table and is
+///    skipped (the kernel hands out wds cyclically, so the number is not reused by the next
+///    watch). An `IN_IGNORED` for a wd still in the table means the kernel dropped the watch
+///    itself (the file system was unmounted): its sources get REVOKE and the watch is
+///    forgotten.
+/// 5. If the kernel's queue overflowed (`IN_Q_OVERFLOW`), events of any watch may be lost, its
+///    `IN_IGNORED` included: every watch is checked with the kernel (a watch it dropped is
+///    revoked as in step 4) and what its file's state shows changed is reported.
+/// 6. A `read` that fails (other than `EAGAIN`, `EINTR`) is reported on standard error, once
+///    per run of failures, and the reader pauses (10 ms, doubling up to 1 s) before it reads
+///    again, so a failure that repeats does not make the driver spin.
 ///
 /// Who may touch what: `table` is behind its lock, which also serialises every
 /// `inotify_add_watch` and `inotify_rm_watch` with the table, so a joining source and the
-/// last leaving one always agree on whether the kernel watch exists. `inotifyFD` is
-/// immutable and `reader` is set once before the hub is published; `buffer` is touched only
-/// by the reader's handler (on its serial queue).
+/// last leaving one always agree on whether the kernel watch exists. No `fstat` and no
+/// `close` runs under the lock (either may block on a network or FUSE file system, which
+/// would hold up every source joining or leaving). `inotifyFD` is immutable and `reader` is
+/// set once before the hub is published; `buffer` and `readFailures` are touched only by the
+/// reader's handler (on its serial queue).
 final class FileWatchHub: @unchecked Sendable {
-  // @unchecked Sendable: `table` is behind its lock; `buffer` is confined to the reader's
-  // serial queue; `reader` is written once before publication; the rest is immutable.
+  // @unchecked Sendable: `table` is behind its lock; `buffer` and `readFailures` are
+  // confined to the reader's serial queue; `reader` is written once before publication;
+  // `injectedReadFailures` is atomic; the rest is immutable.
 
   /// What the hub last saw of a watched file.
   struct FileState {
@@ -52,22 +65,54 @@ final class FileWatchHub: @unchecked Sendable {
     }
   }
 
+  /// The private duplicate of a watched file's descriptor. Shared by its watch and by any
+  /// reader that took it to `fstat` outside the lock, and closed when the last of them lets
+  /// go: so a reader's `fstat` never reaches a number closed (and perhaps reused) by a
+  /// source leaving meanwhile, and the `close` happens outside the lock.
+  final class WatchedFile: Sendable {
+    let fd: Int32
+
+    init(fd: Int32) { self.fd = fd }
+
+    deinit { close(fd) }
+
+    /// The file's state now, or nil if `fstat` fails. Never under the table's lock.
+    func state() -> FileState? {
+      var info = stat()
+      return fstat(fd, &info) == 0 ? FileState(info) : nil
+    }
+  }
+
   /// One kernel watch: every source of one file.
   struct Watch {
     var sources: [FileSourceCore]
     /// The inotify mask the kernel has for the file.
     var mask: UInt32
-    /// A duplicate of the first source's descriptor (closed when the watch is removed).
-    let statFD: Int32
+    /// A duplicate of the first source's descriptor; its identity is the watch's (a wd the
+    /// kernel gives to another watch later comes with another file).
+    let file: WatchedFile
     var state: FileState
     /// Whether the file is a directory (entries changing count as WRITE).
     let isDirectory: Bool
+
+    /// The kernel's mask grew by `mask` (`IN_MASK_ADD`): starts tracking from `now` what the
+    /// watch did not see before, without losing a change of what it did see that the reader
+    /// has not taken yet.
+    mutating func widen(by mask: UInt32, now: FileState) {
+      let gained = mask & ~self.mask
+      if gained & cls_in_modify != 0 { state.size = now.size }
+      if gained & cls_in_attrib != 0 { state.links = now.links }
+      self.mask |= mask
+    }
   }
 
   struct Table {
     var watches: [Int32: Watch] = [:]
     /// The wd each listed source is in.
     var wdOfSource: [ObjectIdentifier: Int32] = [:]
+    /// Called with a duplicate's descriptor just before the reader `fstat`s it, outside the
+    /// lock (for tests: lets a source leave while the reader translates).
+    var beforeStat: (@Sendable (Int32) -> Void)?
   }
 
   let inotifyFD: Int32
@@ -76,11 +121,19 @@ final class FileWatchHub: @unchecked Sendable {
   /// The internal read source on `inotifyFD`. Set once by `startSlow`, before the hub is
   /// published (under `shared`'s lock, which every later reader of it took first).
   private var reader: ReadSource?
+  /// The reader's target queue. Set with `reader`.
+  private var readerQueue: Queue?
   /// The read buffer, allocated once: the hub is never released (it is published for the
   /// process's life), so the memory is never freed. Only touched by the reader's handler,
   /// which runs on one serial queue, one run at a time.
   private let buffer = UnsafeMutableRawPointer.allocate(
     byteCount: Int(cls_inotify_buffer_size), alignment: 8)
+  /// The reads that failed in a row (step 6): 0 after one that worked. Only touched by the
+  /// reader's handler.
+  private var readFailures = 0
+  /// How many of the next reads fail with `EIO` without calling `read` (for tests). Atomic;
+  /// the reader is the only one to decrement it.
+  private let injectedReadFailures = Atomic<Int>(0)
 
   private init(inotifyFD: Int32) {
     self.inotifyFD = inotifyFD
@@ -116,10 +169,10 @@ final class FileWatchHub: @unchecked Sendable {
     let inotifyFD = cls_inotify_create()
     if inotifyFD < 0 { return .failure(.fileWatchFailed(fd, call: "inotify_init1", errno: errno)) }
     let hub = FileWatchHub(inotifyFD: inotifyFD)
+    let queue = Queue(label: "ld.file-watch")
     let reader: ReadSource
     do throws(EventLoopError) {
-      reader = try ReadSource(
-        fd: inotifyFD, queue: Queue(label: "ld.file-watch"), label: "file-watch")
+      reader = try ReadSource(fd: inotifyFD, queue: queue, label: "file-watch")
     } catch {
       close(inotifyFD)
       return .failure(error)
@@ -135,6 +188,7 @@ final class FileWatchHub: @unchecked Sendable {
       return .failure(error)
     }
     hub.reader = reader
+    hub.readerQueue = queue
     return .success(hub)
   }
 
@@ -160,11 +214,13 @@ final class FileWatchHub: @unchecked Sendable {
   ///   duplicate.
   func join(_ core: FileSourceCore) throws(EventLoopError) {
     let fd = core.fd
+    // Before the lock (no `fstat` under it); still before the kernel watch is added or
+    // widened, so no event of a change after it is missed.
+    var info = stat()
+    guard fstat(fd, &info) == 0 else { throw .closedDescriptor(fd) }
+    let isDirectory = info.st_mode & S_IFMT == S_IFDIR
+    let mask = Self.kernelMask(for: core.events, directory: isDirectory)
     let result = table.withLock { table -> Result<Void, EventLoopError> in
-      var info = stat()
-      guard fstat(fd, &info) == 0 else { return .failure(.closedDescriptor(fd)) }
-      let isDirectory = info.st_mode & S_IFMT == S_IFDIR
-      let mask = Self.kernelMask(for: core.events, directory: isDirectory)
       let wd = cls_inotify_watch_descriptor(inotifyFD, fd, mask | cls_in_mask_add)
       if wd < 0 {
         return .failure(.fileWatchFailed(fd, call: "inotify_add_watch", errno: errno))
@@ -172,15 +228,7 @@ final class FileWatchHub: @unchecked Sendable {
       table.wdOfSource[ObjectIdentifier(core)] = wd
       if var watch = table.watches[wd] {
         // The file is watched already: the kernel or-ed the new mask in (IN_MASK_ADD).
-        let gained = mask & ~watch.mask
-        if gained != 0 {
-          // Start tracking from now what the watch did not see before (without losing a
-          // change of what it did see that the reader has not taken yet).
-          let now = FileState(info)
-          if gained & cls_in_modify != 0 { watch.state.size = now.size }
-          if gained & cls_in_attrib != 0 { watch.state.links = now.links }
-        }
-        watch.mask |= mask
+        watch.widen(by: mask, now: FileState(info))
         watch.sources.append(core)
         table.watches[wd] = watch
         return .success(())
@@ -193,7 +241,7 @@ final class FileWatchHub: @unchecked Sendable {
         return .failure(.registrationFailed(errno: code))
       }
       table.watches[wd] = Watch(
-        sources: [core], mask: mask, statFD: duplicate, state: FileState(info),
+        sources: [core], mask: mask, file: WatchedFile(fd: duplicate), state: FileState(info),
         isDirectory: isDirectory)
       return .success(())
     }
@@ -202,46 +250,22 @@ final class FileWatchHub: @unchecked Sendable {
 
   /// Unlists `core`; the last source of a file removes the kernel watch. Any thread.
   func leave(_ core: FileSourceCore) {
-    table.withLock { table in
+    let released = table.withLock { table -> WatchedFile? in
       guard let wd = table.wdOfSource.removeValue(forKey: ObjectIdentifier(core)),
         var watch = table.watches[wd]
-      else { return }
+      else { return nil }
       watch.sources.removeAll { $0 === core }
       if !watch.sources.isEmpty {
         table.watches[wd] = watch
-        return
+        return nil
       }
       table.watches[wd] = nil
       // EINVAL: the kernel dropped the watch already (its IN_IGNORED is still queued).
       _ = cls_inotify_unwatch(inotifyFD, wd)
-      close(watch.statFD)
+      return watch.file
     }
-  }
-
-  /// The number of kernel watches (for tests).
-  var watchCount: Int { table.withLock { $0.watches.count } }
-
-  /// Stops reading events until `resumeReading` (for tests: lets the kernel's queue fill up
-  /// and overflow). Any thread.
-  func suspendReading() { reader?.suspend() }
-
-  /// Undoes `suspendReading`. Any thread.
-  func resumeReading() { reader?.resume() }
-
-  /// The wd `core` is listed under, or nil (for tests).
-  func watchDescriptor(of core: FileSourceCore) -> Int32? {
-    table.withLock { $0.wdOfSource[ObjectIdentifier(core)] }
-  }
-
-  /// Handles one event as if it had been read from the kernel (for tests: the kernel sends
-  /// `IN_UNMOUNT` and an unrequested `IN_IGNORED` only once a file system goes, which a
-  /// source's open descriptor prevents). Any thread.
-  func handleForTesting(mask: UInt32, wd: Int32) {
-    var merged: [ObjectIdentifier: (FileSourceCore, UInt)] = [:]
-    table.withLock { translate(mask, wd, in: &$0, into: &merged) }
-    for (core, events) in merged.values {
-      core.signal(events, mayRunInline: false)
-    }
+    // The duplicate is closed here, after the lock, unless a reader still holds it.
+    withExtendedLifetime(released) {}
   }
 
   // MARK: Reading events
@@ -249,25 +273,20 @@ final class FileWatchHub: @unchecked Sendable {
   /// The reader's handler: reads and translates every queued event, then merges each
   /// source's events and schedules its handler. On the reader's serial queue.
   private func readEvents() {
-    var merged: [ObjectIdentifier: (FileSourceCore, UInt)] = [:]
-    while true {
-      let length = read(inotifyFD, buffer, Int(cls_inotify_buffer_size))
-      if length <= 0 { break }  // EAGAIN: all read (the read source re-arms after us).
-      table.withLock { table in
-        var offset: Int32 = 0
-        var wd: Int32 = 0
-        var mask: UInt32 = 0
-        while true {
-          offset = cls_inotify_event_at(buffer, Int32(length), offset, &wd, &mask)
-          if offset < 0 { break }
-          if mask & cls_in_q_overflow != 0 {
-            for wd in Array(table.watches.keys) {
-              translateOverflow(wd, in: &table, into: &merged)
-            }
-          } else {
-            translate(mask, wd, in: &table, into: &merged)
-          }
-        }
+    var merged: Merged = [:]
+    reading: while true {
+      switch readKernelQueue() {
+      case .read(let length):
+        readFailures = 0
+        translate(Self.events(in: buffer, length: length), into: &merged)
+      case .empty:
+        readFailures = 0
+        break reading  // All read (the read source re-arms after us).
+      case .interrupted:
+        continue
+      case .failed(let code):
+        readFailedSlow(code)
+        break reading
       }
     }
     // Outside the lock: a handler that runs at once may cancel its source (`leave`).
@@ -276,98 +295,104 @@ final class FileWatchHub: @unchecked Sendable {
     }
   }
 
-  /// Translates one event of `wd` and merges it into the sources that asked for it. Under
-  /// the lock.
-  private func translate(
-    _ mask: UInt32, _ wd: Int32, in table: inout Table,
-    into merged: inout [ObjectIdentifier: (FileSourceCore, UInt)]
-  ) {
-    guard var watch = table.watches[wd] else { return }  // Removed by `leave`.
-    var events: FileSource.Events = []
-    if mask & (cls_in_modify | cls_in_attrib) != 0 {
-      var info = stat()
-      if fstat(watch.statFD, &info) == 0 {
-        let now = FileState(info)
-        if mask & cls_in_modify != 0 {
-          events.insert(.write)
-          if now.size > watch.state.size { events.insert(.extend) }
-          watch.state.size = now.size
-        }
-        if mask & cls_in_attrib != 0 {
-          events.insert(.attrib)
-          if now.links != watch.state.links { events.insert(.link) }
-          // The unlink of the last name while the file is open (IN_DELETE_SELF waits for
-          // the last close, and the duplicate holds the file open).
-          if now.links == 0 && watch.state.links != 0 { events.insert(.delete) }
-          watch.state.links = now.links
-        }
-        watch.state.modified = now.modified
-        watch.state.changed = now.changed
+  /// What one `read` of the inotify descriptor gave.
+  private enum ReadOutcome {
+    /// This many bytes of whole events.
+    case read(Int)
+    /// Nothing queued (`EAGAIN`).
+    case empty
+    case interrupted
+    case failed(Int32)
+  }
+
+  /// One `read` of the kernel's queue into `buffer` (or a failure injected by a test).
+  private func readKernelQueue() -> ReadOutcome {
+    if injectedReadFailures.load(ordering: .relaxed) > 0 {
+      // The reader alone decrements; a test may store a new count meanwhile, which the
+      // compare-exchange sees (the count never goes below 0).
+      var left = injectedReadFailures.load(ordering: .relaxed)
+      while left > 0 {
+        let (done, actual) = injectedReadFailures.compareExchange(
+          expected: left, desired: left - 1, ordering: .relaxed)
+        if done { return .failed(EIO) }
+        left = actual
       }
     }
-    if watch.isDirectory
-      && mask & UInt32(IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO) != 0
-    {
-      events.insert(.write)
+    let length = read(inotifyFD, buffer, Int(cls_inotify_buffer_size))
+    if length > 0 { return .read(length) }
+    // 0 cannot come from inotify (a buffer too small for the next event is EINVAL): take it
+    // as nothing to read rather than loop on it.
+    if length == 0 { return .empty }
+    switch errno {
+    case EAGAIN: return .empty
+    case EINTR: return .interrupted
+    case let code: return .failed(code)
     }
-    if mask & cls_in_delete_self != 0 { events.insert(.delete) }
-    if mask & cls_in_move_self != 0 { events.insert(.rename) }
-    if mask & cls_in_unmount != 0 { events.insert(.revoke) }
-    if mask & cls_in_ignored != 0 {
-      // Not our removal (that unlisted the wd first): the kernel dropped the watch.
-      events.insert(.revoke)
-      table.watches[wd] = nil
-      for core in watch.sources { table.wdOfSource[ObjectIdentifier(core)] = nil }
-      close(watch.statFD)
-    } else {
-      table.watches[wd] = watch
-    }
-    Self.merge(events, into: watch.sources, &merged)
   }
 
-  /// Events of `wd` may have been lost (the kernel's queue overflowed): reports what the
-  /// file's state shows changed since it was last seen. Under the lock.
-  private func translateOverflow(
-    _ wd: Int32, in table: inout Table,
-    into merged: inout [ObjectIdentifier: (FileSourceCore, UInt)]
-  ) {
-    guard var watch = table.watches[wd] else { return }
-    var info = stat()
-    guard fstat(watch.statFD, &info) == 0 else { return }
-    let now = FileState(info)
-    var events: FileSource.Events = []
-    if now.size != watch.state.size
-      || now.modified.tv_sec != watch.state.modified.tv_sec
-      || now.modified.tv_nsec != watch.state.modified.tv_nsec
-    {
-      events.insert(.write)
-      if now.size > watch.state.size { events.insert(.extend) }
+  /// Step 6: a read failed. Says so (once per run of failures, which a read that works
+  /// ends), and pauses the reader: the descriptor is still readable, so reading again at once
+  /// would fail again at once, every turn of the driver. The pause doubles with each failure
+  /// in a row, from 10 ms to at most 1 s; the events wait in the kernel's queue
+  /// meanwhile (and a long run of failures may overflow it, which step 5 recovers from).
+  /// Reader's queue.
+  @inline(never)
+  private func readFailedSlow(_ code: Int32) {
+    readFailures += 1
+    let pause = Duration.milliseconds(Swift.min(10 << Swift.min(readFailures - 1, 7), 1000))
+    if readFailures == 1 {
+      writeStandardError(
+        "LoopDispatch: file sources: reading the inotify descriptor failed (errno \(code): "
+          + "\(String(cString: strerror(code)))); retrying after a pause, doubling while it "
+          + "fails: file events may arrive late\n")
     }
-    if now.changed.tv_sec != watch.state.changed.tv_sec
-      || now.changed.tv_nsec != watch.state.changed.tv_nsec
-    {
-      events.insert(.attrib)
-    }
-    if now.links != watch.state.links {
-      events.insert(.link)
-      if now.links == 0 { events.insert(.delete) }
-    }
-    watch.state = now
-    table.watches[wd] = watch
-    Self.merge(events, into: watch.sources, &merged)
+    guard let reader else { return }
+    reader.suspend()
+    // The hub lives for the process's life: the timer may hold the reader.
+    _ = ServiceLoop.shared.schedule(after: pause) { reader.resume() }
   }
 
-  /// Or-s `events` into each activated source's share, filtered by what it asked for.
-  private static func merge(
-    _ events: FileSource.Events, into sources: [FileSourceCore],
-    _ merged: inout [ObjectIdentifier: (FileSourceCore, UInt)]
-  ) {
-    guard !events.isEmpty else { return }
-    for core in sources where core.isActivated {
-      let wanted = events.rawValue & core.events.rawValue
-      guard wanted != 0 else { continue }
-      let key = ObjectIdentifier(core)
-      merged[key] = (core, (merged[key]?.1 ?? 0) | wanted)
+  // MARK: For tests
+
+  /// The number of kernel watches.
+  var watchCount: Int { table.withLock { $0.watches.count } }
+
+  /// Stops reading events until `resumeReading` (lets the kernel's queue fill up and
+  /// overflow). When it returns, no read is in progress and none starts. Any thread but the
+  /// reader's queue.
+  func suspendReading() {
+    reader?.suspend()
+    readerQueue?.sync {}  // Waits out a reader run that started before the suspend.
+  }
+
+  /// Undoes `suspendReading`. Any thread.
+  func resumeReading() { reader?.resume() }
+
+  /// The wd `core` is listed under, or nil.
+  func watchDescriptor(of core: FileSourceCore) -> Int32? {
+    table.withLock { $0.wdOfSource[ObjectIdentifier(core)] }
+  }
+
+  /// Handles one event as if it had been read from the kernel (the kernel sends
+  /// `IN_UNMOUNT` and an unrequested `IN_IGNORED` only once a file system goes, which a
+  /// source's open descriptor prevents). Any thread.
+  func handleForTesting(mask: UInt32, wd: Int32) {
+    var merged: Merged = [:]
+    translate([KernelEvent(wd: wd, mask: mask)], into: &merged)
+    for (core, events) in merged.values {
+      core.signal(events, mayRunInline: false)
     }
+  }
+
+  /// Makes the next `count` reads of the kernel's queue fail with `EIO` (0: none). Any
+  /// thread.
+  func failReadsForTesting(_ count: Int) {
+    injectedReadFailures.store(count, ordering: .relaxed)
+  }
+
+  /// Sets (or, with nil, clears) the hook called just before each `fstat` of the reader.
+  /// Any thread.
+  func setBeforeStatForTesting(_ hook: (@Sendable (Int32) -> Void)?) {
+    table.withLock { $0.beforeStat = hook }
   }
 }

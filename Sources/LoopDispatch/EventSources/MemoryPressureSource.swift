@@ -62,7 +62,8 @@ public final class MemoryPressureSource: Source, @unchecked Sendable {
   ///   - queue: the handlers' queue (the main queue works too).
   ///   - label: a name for diagnostics.
   /// - Throws: ``EventLoopError/unsupported(feature:reason:)`` naming the pressure file when
-  ///   the system has no pressure stall information or refuses the trigger.
+  ///   the system has no pressure stall information or refuses the trigger (a write that
+  ///   takes only part of it included).
   /// Thread-safety: any thread.
   public convenience init(
     levels: Levels = .all, queue: Queue = .global(), label: String = "memory-pressure-source"
@@ -222,7 +223,8 @@ final class MemoryPressureCore: SourceCore, OwnedDescriptorWatcher, @unchecked S
   }
 
   /// Opens `path` once per trigger `levels` needs and writes the trigger. Closes what it
-  /// opened and throws if the file is missing or refuses a trigger.
+  /// opened and throws if the file is missing or refuses a trigger (an error, or a write that
+  /// takes only part of it).
   static func openTriggers(
     _ path: String, for levels: MemoryPressureSource.Levels
   ) throws(EventLoopError) -> [Trigger] {
@@ -259,21 +261,26 @@ final class MemoryPressureCore: SourceCore, OwnedDescriptorWatcher, @unchecked S
         : "\(path) cannot be opened for reading and writing (\(errorName(code)))"
       throw .unsupported(feature: feature, reason: reason)
     }
-    // The kernel takes the trigger with its terminating NUL, in one write.
-    var text = trigger
-    let written = text.withUTF8 { bytes -> Int in
-      var copy = [UInt8](bytes)
-      copy.append(0)
-      var result: Int
-      repeat { result = write(fd, &copy, copy.count) } while result < 0 && errno == EINTR
-      return result
-    }
+    // The kernel takes the trigger with its terminating NUL, in one write: a write that took
+    // only part of it cannot have set the trigger asked for, and a second write with the
+    // rest would not make one either (the kernel parses each write alone).
+    var bytes = Array(trigger.utf8)
+    bytes.append(0)
+    var written: Int
+    repeat { written = write(fd, &bytes, bytes.count) } while written < 0 && errno == EINTR
     if written < 0 {
       let code = errno
       close(fd)
       throw .unsupported(
         feature: feature,
         reason: "\(path) refused the trigger \"\(trigger)\" (\(errorName(code)))")
+    }
+    if written != bytes.count {
+      close(fd)
+      throw .unsupported(
+        feature: feature,
+        reason: "\(path) took only \(written) of the \(bytes.count) bytes of the trigger "
+          + "\"\(trigger)\" (a short write, which sets no trigger)")
     }
     return fd
   }
