@@ -39,7 +39,7 @@ enum SourceBenchmarks {
           key: "mainsourcepingpong",
           name: "fd read sources ping-pong on the main queue, 100k round trips (child process)",
           unit: "ns/round trip", direction: .lowerIsBetter, rivalName: "raw libevent",
-          target: .ratioAtMost(1.3, "raw libevent"),
+          target: .ratioAtMost(1.1, "raw libevent"),
           ours: { ChildProcess.measure(MainPingPong.oursChild) },
           rival: { MainLoopBenchmarks.rawLibeventPingPong(roundTrips: pingPongRoundTrips) }),
         Benchmark(
