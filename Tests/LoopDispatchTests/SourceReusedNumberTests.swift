@@ -13,22 +13,21 @@ import Testing
   /// main-queue source never fires, warns once, and the main loop stays asleep (the
   /// `reused-number-dup-main` scenario).
   @Test func aStaleMainQueueWatchOnAReusedNumberIsRemovedAndWarnsOnce() {
-    let result = runProgram("LoopDispatchTestHost", ["reused-number-dup-main"])
-    #expect(result.status == 0, "\(result.output)\(result.errorOutput)")
-    #expect(result.output.contains("ok reused-number-dup-main"), "\(result.output)")
-    let warnings = result.errorOutput.split(separator: "\n").filter {
-      $0.contains("was closed (and perhaps reused)")
-    }
-    #expect(warnings.count == 1, "warnings: \(result.errorOutput)")
+    expectSuccessWithOneReuseWarning(scenario: "reused-number-dup-main")
   }
 
   /// The same while events stream in (the old file readable on every turn): the identity,
   /// checked once a millisecond rather than per event, still stops them, with one warning
   /// (the `reused-number-streaming-main` scenario).
   @Test func aStreamOfEventsOnAReusedNumberStopsAndWarnsOnce() {
-    let result = runProgram("LoopDispatchTestHost", ["reused-number-streaming-main"])
+    expectSuccessWithOneReuseWarning(scenario: "reused-number-streaming-main")
+  }
+
+  /// Runs a host scenario: it must pass and write the reuse warning exactly once.
+  private func expectSuccessWithOneReuseWarning(scenario: String) {
+    let result = runProgram("LoopDispatchTestHost", [scenario])
     #expect(result.status == 0, "\(result.output)\(result.errorOutput)")
-    #expect(result.output.contains("ok reused-number-streaming-main"), "\(result.output)")
+    #expect(result.output.contains("ok \(scenario)"), "\(result.output)")
     let warnings = result.errorOutput.split(separator: "\n").filter {
       $0.contains("was closed (and perhaps reused)")
     }
