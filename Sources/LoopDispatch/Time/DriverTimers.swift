@@ -44,18 +44,16 @@ import Synchronization
 ///    have added) it is submitted like the rest, behind anything already queued: the work
 ///    of one queue keeps its deadline order either way.
 ///
-/// Waking early: on these VMs a thread sleeping in `epoll_wait` runs 30–70 µs after its
-/// timerfd expires (the halted virtual CPU's wake-up), and that delay was the whole lateness
-/// of an `after` on an idle serial queue: Dispatch's extra hop to a worker costs it only
-/// 5–10% more. So the descriptor is set to expire `wakeAdvance` before the earliest deadline,
-/// `wakeAdvance` being the average of the measured delays (expiry to this thread running,
-/// each capped at `maxWakeAdvance`, 150 µs), and the woken thread spins the rest of the way.
-/// Only a deadline at least `earlyWakeMinimumDelay` (500 µs) away is armed early: the spin
-/// then replaces a sleep. Timers closer together (a dense burst) are armed at their deadline
-/// as before, or the poller would spin from one to the next. Whichever thread holds the
-/// poller role pays the spin: about the delay's variation per early timer (a few µs to
-/// tens), never the time the timer waited. Deadlines and `armedDeadline` stay the true ones;
-/// only the descriptor's instant moves.
+/// Waking early (`EarlyWake`, the rule MainLoop's timers follow too): on these VMs a thread
+/// sleeping in `epoll_wait` runs 30–70 µs after its timerfd expires (the halted virtual CPU's
+/// wake-up), and that delay was the whole lateness of an `after` on an idle serial queue:
+/// Dispatch's extra hop to a worker costs it only 5–10% more. So a deadline at least 500 µs
+/// away is armed early by the average measured delay (each capped at 150 µs), and the woken
+/// poller spins the rest of the way, outside `lock`. Timers closer together (a dense burst)
+/// are armed at their deadline, or the poller would spin from one to the next. Whichever
+/// thread holds the poller role pays the spin: about the delay's variation per early timer
+/// (a few µs to tens), never the time the timer waited. Deadlines and `armedDeadline` stay
+/// the true ones; only the descriptor's instant moves.
 ///
 /// Scheduling (any thread, `schedule`), as the event loop's `add` does it: the timer is pushed
 /// onto `pending`, a lock-free stack linked through the timers (`nextPendingInsertion`), and
@@ -112,15 +110,9 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
   private var armedDeadline: UInt64 = 0
   /// Protected by: `lock`. The clock reading of the last expiry (the coalescing window).
   private var lastExpiry: UInt64 = 0
-  /// Protected by: `lock`. How long before a deadline the timerfd is set to expire: the
-  /// average delay from an expiry to this thread running (see "Waking early" below).
-  private var wakeAdvance: UInt64 = 0
-  /// Protected by: `lock`. The instant the timerfd was last set to expire, when that was in
-  /// the future (0 otherwise): its expiry measures the wake-up delay.
-  private var armedExpiry: UInt64 = 0
-  /// Protected by: `lock`. Whether the timerfd was last set to expire early (`wakeAdvance`
-  /// before its deadline): only such an expiry spins to the deadline.
-  private var armedEarly = false
+  /// Protected by: `lock`. When the timerfd is set early for a far deadline, and what it
+  /// learnt of the wake-up delay (`EarlyWake`; see "Waking early" below).
+  private var earlyWake = EarlyWake()
 
   /// Atomic. Timers scheduled and not yet in the heap: the address of the newest, linked
   /// through `nextPendingInsertion`, each holding one retain (taken by `schedule`, handed to
@@ -147,7 +139,7 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
   let earlyWakes = Atomic<UInt64>(0)
 
   /// How early the timerfd is set before a deadline far enough away, in ns (for tests).
-  var wakeAdvanceNanoseconds: UInt64 { lock.withLock { _ in wakeAdvance } }
+  var wakeAdvanceNanoseconds: UInt64 { lock.withLock { _ in earlyWake.advance } }
 
   private init(driver: IODriver, timerFD: Int32) {
     self.driver = driver
@@ -237,17 +229,11 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
   /// Under `lock`: sets the timerfd for `deadline` (never 0, which would disarm it) and
   /// publishes it to the schedulers.
   private func arm(_ deadline: UInt64) {
-    // Waking early (see above), only for a deadline far enough away that the thread will
-    // sleep: timers closer together than that would keep the poller spinning between them.
-    let now = Deadline.now.uptimeNanoseconds
-    armedEarly =
-      wakeAdvance > 0 && deadline > now && deadline - now >= Self.earlyWakeMinimumDelay
-    let expiry = armedEarly ? deadline - wakeAdvance : deadline
+    // Waking early (see above): a far deadline is set early by the learnt delay.
+    let expiry = earlyWake.expiry(for: deadline, now: Deadline.now.uptimeNanoseconds)
     if cls_timerfd_set_abs(timerFD, expiry) != 0 {
       internalBug("timerfd_settime of the driver timers failed: errno \(cls_errno())")
     }
-    // An instant already past expires at once, which says nothing of the wake-up delay.
-    armedExpiry = expiry > now ? expiry : 0
     armedDeadline = deadline
     // Sequentially consistent: the poller's half of the Dekker pair (see above).
     armedForSchedulers.store(deadline, ordering: .sequentiallyConsistent)
@@ -260,12 +246,9 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
   /// `fireTimerPasses` does; bounded so that the poller returns to `epoll_wait`.
   static let maxPasses = 4
 
-  /// The most a wake-up delay counts for in `wakeAdvance` (a thread preempted for longer
-  /// says nothing of the next wake-up), and so the longest this thread waits for a deadline.
-  static let maxWakeAdvance: UInt64 = 150_000  // 150 µs.
-  /// The timerfd is set early only for a deadline at least this far away (as the poller
-  /// would sleep until it), so that the spin replaces a sleep, never a busy stretch.
-  static let earlyWakeMinimumDelay: UInt64 = 500_000  // 500 µs.
+  /// The longest a poller woken early waits for a deadline (with a quarter more): the event
+  /// loop's rule (`EarlyWake`).
+  static let maxWakeAdvance = EarlyWake.maxAdvance
 
   func ownedDescriptorFired(_ registration: OwnedRegistration, events: UInt32) {
     waitForEarliestDeadline()
@@ -282,32 +265,20 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
     }
   }
 
-  /// Step 1, woken early: learns the wake-up delay from this expiry, then waits, spinning,
-  /// for the earliest deadline if it is at most `wakeAdvance` (plus a quarter) away. The
-  /// deadline itself is never anticipated: step 2 pops only timers due by the clock.
+  /// Step 1, woken early (`EarlyWake`): learns the wake-up delay from this expiry and, if the
+  /// descriptor was set early, spins to the earliest deadline. The deadline itself is never
+  /// anticipated: step 2 pops only timers due by the clock.
   private func waitForEarliestDeadline() {
-    let earliest = lock.withLock { _ -> UInt64? in
+    let wait = lock.withLock { _ -> (deadline: UInt64, now: UInt64, bound: UInt64)? in
       let now = Deadline.now.uptimeNanoseconds
-      if armedExpiry != 0 && now >= armedExpiry {
-        // An average over the last expiries (weight 1/8 for the newest).
-        let delay = Swift.min(now - armedExpiry, Self.maxWakeAdvance)
-        wakeAdvance = (wakeAdvance * 7 + delay) / 8
-        armedExpiry = 0
-      }
-      guard armedEarly else { return nil }
-      armedEarly = false
+      guard earlyWake.expired(now: now) else { return nil }
       earlyWakes.wrappingAdd(1, ordering: .relaxed)
       insertPending()
       heap.dropRemovedFirst()
-      guard let first = heap.firstDeadline, first > now,
-        first - now <= wakeAdvance + wakeAdvance / 4
-      else { return nil }
-      return first
+      return heap.firstDeadline.map { ($0, now, earlyWake.spinBound) }
     }
-    guard let earliest else { return }
-    // Spinning, not sleeping: a sleep would cost the very wake-up delay that waking early
-    // saves. Bounded by `maxWakeAdvance` and a quarter.
-    while Deadline.now.uptimeNanoseconds < earliest { cls_cpu_relax() }
+    // Outside the lock: schedulers may take it meanwhile.
+    if let wait { EarlyWake.spin(until: wait.deadline, now: wait.now, within: wait.bound) }
   }
 
   /// Steps 2 (popping) and 3 of one pass; returns the work held back for step 4.

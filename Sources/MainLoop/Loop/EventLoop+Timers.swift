@@ -198,7 +198,22 @@ extension EventLoop {
   func handleTimerExpiry() {
     noteAwake()
     timerFDExpired = true
+    waitForEarliestTimer()
     fireTimerPasses()
+  }
+
+  /// Waking early (`EarlyWake`): learns the wake-up delay from this expiry and, if the
+  /// descriptor was set early, spins to the earliest deadline. Loop thread only; real-time
+  /// loops only.
+  private func waitForEarliestTimer() {
+    guard !isVirtualTime else { return }
+    let now = monotonicNanoseconds()
+    guard earlyWake.expired(now: now) else { return }
+    earlyTimerWakes.wrappingAdd(1, ordering: .relaxed)
+    insertPendingTimers()
+    if let first = earliestLiveDeadline() {
+      EarlyWake.spin(until: first, now: now, within: earlyWake.spinBound)
+    }
   }
 
   /// Steps 2–5 of an expiry of the (real or simulated) timer descriptor. Loop thread only.
@@ -287,8 +302,12 @@ extension EventLoop {
     }
     // An expired descriptor is set even to the same value (a disarm): that resets its count.
     if wanted == armedTimerDeadline && !timerFDExpired { return }
-    if !isVirtualTime && cls_timerfd_set_abs(timerFD, wanted) != 0 {
-      internalBug("timerfd_settime failed: errno \(cls_errno())")
+    if !isVirtualTime {
+      // Waking early (`EarlyWake`): a far deadline is set early by the learnt delay.
+      let expiry = earlyWake.expiry(for: wanted, now: monotonicNanoseconds())
+      if cls_timerfd_set_abs(timerFD, expiry) != 0 {
+        internalBug("timerfd_settime failed: errno \(cls_errno())")
+      }
     }
     armedTimerDeadline = wanted
     timerFDExpired = false

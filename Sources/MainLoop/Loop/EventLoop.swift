@@ -101,6 +101,11 @@ public final class EventLoop: @unchecked Sendable {
   /// When the timer descriptor last fired (the clock reading of that expiry; 0: never).
   /// Only touched on the loop thread.
   var lastTimerExpiry: UInt64 = 0
+  /// When the timer descriptor is set early for a far deadline, and what it learnt of the
+  /// wake-up delay (`EarlyWake`). Only touched on the loop thread.
+  var earlyWake = EarlyWake()
+  /// Atomic. Expiries of a timer descriptor set early (for tests).
+  let earlyTimerWakes = Atomic<UInt64>(0)
   /// Runs after each pass of fired timers. Set before the loop runs (by the thread that
   /// starts it, which happens-before the loop thread's reads), then only read on the loop
   /// thread.
