@@ -38,7 +38,7 @@ import Testing
           fired.withLock { $0 = true }
           let done = LoopDispatch.Semaphore(value: 0)
           let failure = Locked<String?>(nil)
-          _ = startThread {
+          let thread = startThread {
             leaving.source.cancel()  // The last source of the file: removes its watch.
             do {
               let joined = try Watcher(fd: fd, events: [.write, .extend])
@@ -51,6 +51,7 @@ import Testing
           if done.wait(timeout: .seconds(20)) == .timedOut {
             exitWithVerdict("FAIL: a source leaving or joining waited for the reader's fstat")
           }
+          pthread_join(thread, nil)  // Joined (ThreadSanitizer reports a thread left behind).
           if let failure = failure.value { exitWithVerdict("FAIL: \(failure)") }
           var info = stat()
           if fstat(duplicate, &info) != 0 || UInt64(info.st_ino) != inode {
