@@ -38,14 +38,17 @@ import Testing
   /// Work of an idle serial queue runs on a driver thread, with the queue current (its frame
   /// pushed), and the inline counter moves. Another test's inline handler running at the same
   /// instant sends a fire to the pool instead (only one inline run at a time), so the test
-  /// tries a few times; on a quiet process the first try runs inline.
+  /// tries again, for up to 20 s; on a quiet process the first try runs inline.
   @Test func afterOntoAnIdleSerialQueueRunsOnTheDriverThread() throws {
     let key = SpecificKey<Int>()
     let queue = Queue(label: "driver-timers.idle")
     queue.setSpecific(key: key, value: 7)
     let inlineBefore = RuntimeStats.current.ioInlineTimers
     var ranInline = false
-    for _ in 0..<50 {
+    // Tries until one runs inline, for up to 20 s: a test running in parallel may hold the
+    // driver's one inline run, or its standby, for a while (under ThreadSanitizer, long).
+    let giveUp = Deadline.now + .seconds(20)
+    while Deadline.now < giveUp {
       let run = try #require(runOne(on: queue, key: key, delay: .microseconds(300)))
       #expect(!run.early)
       #expect(run.queueWasCurrent)
@@ -84,7 +87,10 @@ import Testing
     parent.setSpecific(key: outerKey, value: 7)
     let child = Queue(label: "driver-timers.child", target: parent)
     var ranInline = false
-    for _ in 0..<50 {
+    // Tries until one runs inline, for up to 20 s: a test running in parallel may hold the
+    // driver's one inline run, or its standby, for a while (under ThreadSanitizer, long).
+    let giveUp = Deadline.now + .seconds(20)
+    while Deadline.now < giveUp {
       let run = try #require(runOne(on: child, key: outerKey, delay: .microseconds(300)))
       #expect(run.queueWasCurrent)
       if run.onDriverThread {
@@ -107,7 +113,10 @@ import Testing
     // Until the first handler runs inline (another test's inline run may send it to the pool,
     // where blocking it proves nothing): each try reports where it ran.
     var blockedInline = false
-    for _ in 0..<50 {
+    // Tries until one runs inline, for up to 20 s: a test running in parallel may hold the
+    // driver's one inline run, or its standby, for a while (under ThreadSanitizer, long).
+    let giveUp = Deadline.now + .seconds(20)
+    while Deadline.now < giveUp {
       let started = Latch()
       let onDriver = Locked<Bool>(false)
       blocked.after(.microseconds(300)) {
@@ -319,7 +328,10 @@ import Testing
     }
     let queue = Queue(label: "driver-timers.c")
     var sawDriver = false
-    for _ in 0..<50 {
+    // Tries until one runs inline, for up to 20 s: a test running in parallel may hold the
+    // driver's one inline run, or its standby, for a while (under ThreadSanitizer, long).
+    let giveUp = Deadline.now + .seconds(20)
+    while Deadline.now < giveUp {
       let box = Box()
       let call = CFunctionCall(
         function: { context in
