@@ -397,6 +397,10 @@ final class WorkerPool: @unchecked Sendable {
       return (worker, index, false)
     }
     guard let (worker, index, _) = reserved else { return .atCapacity }
+    // Counted before the thread starts: whoever sees the new worker run a job (through
+    // whatever the job signals, after the thread's creation) sees the growth counted too.
+    // Given back if the start is refused.
+    if isExtra { growthEvents.wrappingAdd(1, ordering: .relaxed) }
     // Known to the supervisor before its thread runs: until it has taken a job it is not
     // `busy`, so `everyWorkerIsBlocked` is false and a worker the kernel has not scheduled
     // yet stops further growth.
@@ -412,11 +416,11 @@ final class WorkerPool: @unchecked Sendable {
         state.retired.append(index)
       }
       refusedSpawns.wrappingAdd(1, ordering: .relaxed)
+      if isExtra { growthEvents.wrappingSubtract(1, ordering: .relaxed) }
       if warn { warnRefused(error) }
       return .refused(error)
     }
     state.withLock { $0.spawnRefused = false }
-    if isExtra { growthEvents.wrappingAdd(1, ordering: .relaxed) }
     return .started
   }
 
