@@ -70,6 +70,13 @@ enum SyncTimerBenchmarks {
             .recorded(
               serialAfterP99, unit: "µs late p99", direction: .lowerIsBetter, target: nil)
           ]),
+        Benchmark(
+          key: "mainafter",
+          name: "400 after timers one at a time, 1–3 ms, onto the main queue (child process)",
+          unit: "µs late p50", direction: .lowerIsBetter, rivalName: "Dispatch",
+          target: .ratioAtMost(0.7, "Dispatch"),
+          ours: { ChildProcess.measure(MainAfter.oursChild) },
+          rival: { ChildProcess.measure(MainAfter.dispatchChild) }),
       ])
   }
 
@@ -77,6 +84,8 @@ enum SyncTimerBenchmarks {
   static let childModes: [String: @Sendable () -> Never] = [
     MainRoundTrip.oursChild: MainRoundTrip.runOursChild,
     MainRoundTrip.dispatchChild: MainRoundTrip.runDispatchChild,
+    MainAfter.oursChild: MainAfter.runOursChild,
+    MainAfter.dispatchChild: MainAfter.runDispatchChild,
   ]
 
   // MARK: - group fan-out
