@@ -78,7 +78,7 @@ import Testing
     }
     // The first expiry teaches the advance; the later ones, 2 ms apart, are set early.
     #expect(timers.earlyWakes.load(ordering: .relaxed) > before)
-    #expect(timers.wakeAdvanceNanoseconds <= DriverTimers.maxWakeAdvance)
+    #expect(timers.wakeAdvanceNanoseconds <= EarlyWake.maxAdvance)
   }
 
   @Test func afterOntoAnIdleSerialChainRunsInlineWithTheChainCurrent() throws {

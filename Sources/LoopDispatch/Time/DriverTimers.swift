@@ -21,7 +21,7 @@ import Synchronization
 ///    early, and step 2 re-checks anyway. Edge-triggered, each expiry is reported once,
 ///    whether or not its count was read: no `read`, no `epoll_ctl`, ever.
 ///    Woken early on purpose (see "Waking early"), the thread first spins until the earliest
-///    deadline, at most `maxWakeAdvance` and a quarter.
+///    deadline, at most `EarlyWake.maxAdvance` and a quarter.
 /// 2. Under `lock`: file the pending timers (see "Scheduling"), read the clock once, pop
 ///    every timer whose deadline is at or before that instant (a cancelled one, already
 ///    marked removed, is dropped). After step 3, if timers fell due meanwhile, another pass
@@ -245,10 +245,6 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
   /// pass, without a timerfd round trip (never before their deadline), as the event loop's
   /// `fireTimerPasses` does; bounded so that the poller returns to `epoll_wait`.
   static let maxPasses = 4
-
-  /// The longest a poller woken early waits for a deadline (with a quarter more): the event
-  /// loop's rule (`EarlyWake`).
-  static let maxWakeAdvance = EarlyWake.maxAdvance
 
   func ownedDescriptorFired(_ registration: OwnedRegistration, events: UInt32) {
     waitForEarliestDeadline()

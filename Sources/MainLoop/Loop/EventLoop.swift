@@ -222,32 +222,22 @@ public final class EventLoop: @unchecked Sendable {
   /// a virtual-time loop. Any thread.
   package var now: Deadline { Deadline(uptimeNanoseconds: currentTimeNanoseconds()) }
 
-  /// The time at which this turn's events were collected, in microseconds: libevent's copy,
-  /// taken once per turn right after `epoll_wait` returns, so reading it makes no clock
-  /// call. It follows the wall clock (libevent adds its offset to the monotonic clock), so it
-  /// may jump when the wall clock is set: use it for rough intervals that tolerate a jump
-  /// either way. Outside the loop's event handlers libevent reads the clock instead. Loop
-  /// thread only.
-  package func turnMicroseconds() -> UInt64 {
-    Self.turnMicroseconds(of: base)
-  }
-
-  /// ``turnMicroseconds()`` of ``main``, without retaining the loop (for per-event paths).
-  /// Main thread only.
+  /// The time at which the main loop's current turn collected its events, in microseconds:
+  /// libevent's copy, taken once per turn right after `epoll_wait` returns, so reading it
+  /// makes no clock call (and retains no loop: for per-event paths). It follows the wall
+  /// clock (libevent adds its offset to the monotonic clock), so it may jump when the wall
+  /// clock is set: use it for rough intervals that tolerate a jump either way. Outside the
+  /// loop's event handlers libevent reads the clock instead. Main thread only.
   package static func mainTurnMicroseconds() -> UInt64 {
-    turnMicroseconds(of: mainBase)
+    var time = timeval()
+    guard event_base_gettimeofday_cached(mainBase, &time) == 0 else { return 0 }
+    return UInt64(time.tv_sec) &* 1_000_000 &+ UInt64(time.tv_usec)
   }
 
   /// The main loop's base; the loop is a `static let`, so it and its base live forever.
   /// `nonisolated(unsafe)`: written once (the lazy global's initialiser), then only read;
   /// the base it points at is touched on the main thread only.
   private nonisolated(unsafe) static let mainBase = main.base
-
-  private static func turnMicroseconds(of base: OpaquePointer) -> UInt64 {
-    var time = timeval()
-    guard event_base_gettimeofday_cached(base, &time) == 0 else { return 0 }
-    return UInt64(time.tv_sec) &* 1_000_000 &+ UInt64(time.tv_usec)
-  }
 
   /// What the timer code reads instead of `monotonicNanoseconds()`: on a real loop one
   /// predictable branch on an immutable flag, then the vDSO call. Any thread.
