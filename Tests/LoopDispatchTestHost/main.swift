@@ -35,6 +35,7 @@ let scenarios: [String: () -> Void] = [
   "main-thread-queue": mainThreadQueueScenario,
   "source-main-process": sourceMainProcessScenario,
   "file-source-main": fileSourceMainScenario,
+  "pool-strand-rounds": poolStrandRoundsScenario,
 ]
 
 guard CommandLine.arguments.count == 2, let scenario = scenarios[CommandLine.arguments[1]] else {

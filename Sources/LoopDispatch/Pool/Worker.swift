@@ -126,9 +126,18 @@ final class Worker: @unchecked Sendable {
     // One strong reference for the loop: uses of the unowned(unsafe) property inside it
     // would each retain and release the pool.
     let pool = self.pool
+    // True from leaving a spin that found work, or a park, until the next job taken: this
+    // worker may hold a wake-up that was meant for more work than it takes (the last
+    // searcher's and the consumed wake's rule, `WorkerPool+Parking.swift`), and passes it on
+    // once it has its job.
+    var mayOweWake = false
     while true {
       if let node = pool.takeJob(for: self) ?? pool.steal(for: self) {
         fruitlessTurns = 0
+        if mayOweWake {
+          mayOweWake = false
+          pool.passOnWake()
+        }
         run(node)
         continue
       }
@@ -140,8 +149,12 @@ final class Worker: @unchecked Sendable {
         sched_yield()
         fruitlessTurns = 0
       }
-      if spinForWork() { continue }
+      if spinForWork() {
+        mayOweWake = true
+        continue
+      }
       if !park() { return }  // Retired.
+      mayOweWake = true
     }
   }
 

@@ -1,22 +1,48 @@
 import Synchronization
 
-/// Parking and waking plain workers without a lock.
+/// Parking and waking plain workers without a lock, and who owes which wake-up.
 ///
 /// The idle set is a bitmap (`idleWords`): bit `i` is worker `i`'s. A worker out of work
 /// stores 1 in its park word, sets its bit, re-checks every queue, and sleeps on the word
 /// while it is 1. A waker claims a set bit by clearing it with a compare-and-swap, then
 /// stores 0 in that worker's word and wakes it. Clearing the bit is the claim: exactly one
-/// party clears each setting of it — a waker (which then owes the wake-up), or the worker
-/// itself (`withdrawIdle`: it found work in its re-check, timed out to retire, or woke).
+/// party clears each setting of it — a waker (which then owes the wake-up, and always
+/// delivers it: `unpark` follows a successful claim unconditionally), or the worker itself
+/// (`withdrawIdle`: it found work in its re-check, timed out to retire, or woke).
 ///
-/// No lost wake-up (Dekker's pattern; every access below is sequentially consistent):
-/// - a submitter publishes its job (the injection queue's `pushed` count or a local queue's
-///   tail), then `notifyWork` loads `searching` and the idle set;
-/// - a parking worker sets its bit, then loads every queue's count (`hasQueuedWork`);
-/// - a spinning worker increments `searching`, then loads the queues.
-/// In the single total order of these operations, either the submitter's loads come after
-/// the worker's write (it sees the spinner and leaves the job to it, or sees the bit and
-/// wakes the worker), or the worker's loads come after the publication (it sees the job).
+/// Every access below is sequentially consistent, so all of them sit in one total order S.
+/// The parties and what each owes (the model in Tests/LoopDispatchTests/PoolProtocolModel
+/// explores these steps over every interleaving):
+/// 1. A submitter publishes its job (the injection queue's `pushed` count or a local queue's
+///    tail), then `notifyWork` loads `searching`; if a worker searches, the submitter owes
+///    nothing more: the job is the searchers' (rule 3). Otherwise it claims an idle bit and
+///    owes that worker its wake (rule 4); if no bit is set, it tells the supervisor
+///    (`noteWorkWaiting`, the supervisor's own Dekker pair, `PoolSupervisor.run`).
+/// 2. A parking worker sets its bit, then loads every queue's count (`hasQueuedWork`). In S,
+///    either a submitter's loads come after the bit (it sees the bit, or a searcher) or the
+///    worker's loads come after the publication (it sees the job and stays up).
+/// 3. The last searcher's rule. A spinning worker increments `searching`, loads the queues,
+///    and decrements `searching` when it leaves. A submitter that saw `searching > 0` made its
+///    load before some searcher's decrement, and its publication before that load; so the
+///    publication precedes, in S, every load that searcher makes after its decrement. A
+///    searcher that leaves empty-handed parks, and rule 2's re-check makes those loads. One
+///    that found work takes a job and then makes them too (`passOnWake`): if any job is still
+///    queued it runs `notifyWork` itself, standing for every submitter that left its job to
+///    it. Without this, a worker that submits two jobs while another spins and then blocks in
+///    the kernel could leave the second job in its own local queue with nobody told (the
+///    spinner takes the first): issue 30's stranded job.
+/// 4. The consumed wake. A worker whose bit a waker claimed stands for that waker's
+///    submitter, whether it was asleep (woken) or still re-checking (its `withdrawIdle`
+///    found the bit already clear). It may take another job than the one the wake was for,
+///    so after taking its job it too makes `passOnWake`'s loads, which follow the claim in S
+///    (the claim precedes the worker's `withdrawIdle` on the same word, and the submitter's
+///    publication precedes its claim). It passes the wake on whenever it leaves a park: a
+///    worker cannot tell a stale wake from a fresh one, and the cost is one scan per wake.
+/// 5. The supervisor, once told, stays awake while jobs wait and rescues what a blocked
+///    worker holds: its local queues after a tick without progress, its run-next slot after
+///    two ticks (`WorkerPool+RunNext.swift`, rule 4). So a worker that blocks in the kernel
+///    with work in its queues never holds it for good: rules 3 and 4 wake a parked worker or
+///    tell the supervisor, and the supervisor moves the work within a tick or two.
 ///
 /// A stale wake-up (a waker that claimed the bit of a worker which then found work on its
 /// own) may land in a later park of that worker: it wakes with nothing to do, withdraws its
@@ -52,6 +78,15 @@ extension WorkerPool {
   func notifyWork() {
     if searching.load(ordering: .sequentiallyConsistent) > 0 { return }
     if !wakeIdleWorker() { supervisor.noteWorkWaiting() }
+  }
+
+  /// Rules 3 and 4: a worker that left a search or a park has taken its job; if work is
+  /// still queued, it wakes a worker (or tells the supervisor) for the submitters it stood
+  /// for. The loads come after the worker's decrement of `searching` or its `withdrawIdle`.
+  /// Its own thread.
+  @inline(__always)
+  func passOnWake() {
+    if hasQueuedWork() { notifyWork() }
   }
 
   /// Claims and wakes the parked worker with the lowest index. Returns false if none is

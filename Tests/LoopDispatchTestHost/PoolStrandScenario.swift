@@ -1,0 +1,120 @@
+import Glibc
+import LoopDispatch
+
+/// The stranding pattern of issue 30, many rounds, through the public API only.
+///
+/// Each round: a tiny job goes first, so one worker is just out of work (spinning) when the
+/// round's job S runs on another. S submits J1 onto its own lane (it lands in S's worker's
+/// local queue) and J2 onto a higher lane (the injection queue), then blocks in the kernel
+/// (`poll` on a pipe) until J1 has run; J2 blocks the same way. While a worker spins, both
+/// submissions leave the wake-up to the spinner; the spinner takes J2 (higher lane first) and
+/// blocks too. J1 then runs only if someone passes the wake-up on (a parked worker, or the
+/// supervisor, which rescues a blocked worker's local queue). Before the fix nobody did, and
+/// J1 waited for S's timeout.
+///
+/// A random busy wait in S (0–63 µs) moves its submissions over the spinner's window. Fails
+/// when J1 has not run after `timeoutMilliseconds` (the pool stranded it); prints the worst
+/// and median start delay of J1 otherwise. LOOPDISPATCH_STRAND_ROUNDS sets the rounds
+/// (default 20,000 times LOOPDISPATCH_TEST_SCALE): before the fix a release build stranded J1
+/// within 1,300–8,200 rounds, a debug build within 800–1,400.
+func poolStrandRoundsScenario() {
+  let scale = getenv("LOOPDISPATCH_TEST_SCALE").flatMap { Double(String(cString: $0)) } ?? 1
+  let rounds =
+    getenv("LOOPDISPATCH_STRAND_ROUNDS").flatMap { Int(String(cString: $0)) }
+    ?? Swift.max(200, Int(20_000 * scale))
+  let timeoutMilliseconds: Int32 = 2_000
+  var delays: [UInt64] = []
+  delays.reserveCapacity(rounds)
+  var seed = UInt64(truncatingIfNeeded: time(nil)) | 1
+  for round in 0..<rounds {
+    // xorshift: a different window each round, no shared generator between threads.
+    seed ^= seed << 13
+    seed ^= seed >> 7
+    seed ^= seed << 17
+    let jitter = seed % 64
+    let toS = pipePair()
+    let toJ2 = pipePair()
+    let submittedJ1 = StrandClock()
+    let startedJ1 = StrandClock()
+    let roundDone = Semaphore(value: 0)
+    let verdicts = StrandVerdicts()
+    Queue.global(.default).async {}
+    Queue.global(.default).async {
+      busyWait(microseconds: jitter)
+      submittedJ1.mark()
+      Queue.global(.default).async {
+        startedJ1.mark()
+        writeByte(toS.write)
+        writeByte(toJ2.write)
+      }
+      Queue.global(.high).async {
+        verdicts.j2TimedOut = !waitReadable(toJ2.read, milliseconds: timeoutMilliseconds)
+        roundDone.signal()
+      }
+      verdicts.sTimedOut = !waitReadable(toS.read, milliseconds: timeoutMilliseconds)
+      roundDone.signal()
+    }
+    guard roundDone.wait(timeout: .now + .seconds(30)) == .success,
+      roundDone.wait(timeout: .now + .seconds(30)) == .success
+    else { fail("round \(round): S or J2 never finished (30 s)") }
+    for fd in [toS.read, toS.write, toJ2.read, toJ2.write] { close(fd) }
+    if verdicts.sTimedOut || verdicts.j2TimedOut {
+      fail(
+        "round \(round): J1 did not run within \(timeoutMilliseconds) ms of its submission "
+          + "(stranded in a blocked worker's local queue); stats: \(RuntimeStats.current)")
+    }
+    delays.append(startedJ1.nanoseconds &- submittedJ1.nanoseconds)
+  }
+  delays.sort()
+  let worst = Double(delays.last ?? 0) / 1e6
+  let median = Double(delays[delays.count / 2]) / 1e6
+  print("\(rounds) rounds, J1 start delay: median \(median) ms, worst \(worst) ms")
+}
+
+/// Set by one thread before a semaphore signal, read by the main thread after its wait.
+private final class StrandVerdicts: @unchecked Sendable {
+  // @unchecked Sendable: each field is written by one job before it signals the round's
+  // semaphore and read only after the main thread's wait returned (the semaphore orders it).
+  var sTimedOut = false
+  var j2TimedOut = false
+}
+
+/// A monotonic instant written once by a job, read after the round's semaphore.
+private final class StrandClock: @unchecked Sendable {
+  // @unchecked Sendable: written once before the round's semaphores are signalled (J1 writes
+  // its pipes after marking, S and J2 signal after reading them), read after the waits.
+  var nanoseconds: UInt64 = 0
+  func mark() { nanoseconds = monotonicNanoseconds() }
+}
+
+private func monotonicNanoseconds() -> UInt64 {
+  var now = timespec()
+  clock_gettime(CLOCK_MONOTONIC, &now)
+  return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
+}
+
+private func busyWait(microseconds: UInt64) {
+  let end = monotonicNanoseconds() + microseconds * 1_000
+  while monotonicNanoseconds() < end {}
+}
+
+private func pipePair() -> (read: Int32, write: Int32) {
+  var fds: [Int32] = [0, 0]
+  guard pipe(&fds) == 0 else { fail("pipe: errno \(errno)") }
+  return (fds[0], fds[1])
+}
+
+private func writeByte(_ fd: Int32) {
+  var byte: UInt8 = 1
+  _ = write(fd, &byte, 1)
+}
+
+/// Blocks in the kernel (`poll`) until `fd` is readable; false on timeout.
+private func waitReadable(_ fd: Int32, milliseconds: Int32) -> Bool {
+  var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+  while true {
+    let result = poll(&entry, 1, milliseconds)
+    if result < 0 && errno == EINTR { continue }
+    return result == 1
+  }
+}
