@@ -1,5 +1,6 @@
 import Glibc
 import LoopDispatch
+import Synchronization
 
 /// The stranding pattern of issue 30, many rounds, through the public API only.
 ///
@@ -117,4 +118,72 @@ private func waitReadable(_ fd: Int32, milliseconds: Int32) -> Bool {
     if result < 0 && errno == EINTR { continue }
     return result == 1
   }
+}
+
+/// The stranding pattern forced (debug builds, which have `PoolProbe`): a worker is held in
+/// its spin, counted in `searching`, while the round's job S submits J1 onto its own lane and
+/// J2 onto a higher one, so both submissions leave the wake-up to the spinner; then S lets it
+/// go and blocks in the kernel until J1 has run. The spinner takes J2 (or the tiny job T that
+/// put it there, then J2), which blocks too. J1 must still run: the released spinner passes
+/// the wake on (`WorkerPool.passOnWake`) and the supervisor rescues S's local queue. Before
+/// the fix J1 stayed in S's local queue until S's 5 s timeout. A release build prints
+/// "skipped" (no probes there).
+func poolStrandHeldScenario() {
+  #if DEBUG
+    // 0: no trap; 1: S set the trap; 2: a spinner is held; 3: released.
+    let trap = Atomic<Int>(0)
+    PoolProbe.setHook { step in
+      guard step == .spin,
+        trap.compareExchange(expected: 1, desired: 2, ordering: .sequentiallyConsistent).exchanged
+      else { return }
+      while trap.load(ordering: .sequentiallyConsistent) == 2 { sched_yield() }
+    }
+    let toS = pipePair()
+    let toJ2 = pipePair()
+    let outcome = Atomic<Int>(0)  // 1: J1 ran in time; 2: S timed out; 3: no spinner held.
+    let finished = Semaphore(value: 0)
+    // Start from a quiet pool: a supervisor still ticking from the pool's start would rescue
+    // J1 on its own and hide a missing wake-up.
+    let settleStart = monotonicNanoseconds()
+    while !PoolDiagnostics.isQuiet {
+      if monotonicNanoseconds() - settleStart > 20_000_000_000 { fail("the pool never went quiet") }
+      sched_yield()
+    }
+    Queue.global(.default).async {
+      trap.store(1, ordering: .sequentiallyConsistent)
+      // T: makes sure some worker runs out of work and spins (the trap holds it there).
+      Queue.global(.high).async {}
+      let start = monotonicNanoseconds()
+      while trap.load(ordering: .sequentiallyConsistent) != 2 {
+        if monotonicNanoseconds() - start > 10_000_000_000 {
+          outcome.store(3, ordering: .sequentiallyConsistent)
+          trap.store(3, ordering: .sequentiallyConsistent)
+          finished.signal()
+          return
+        }
+        sched_yield()
+      }
+      // Both notifications see the held spinner and wake nobody.
+      Queue.global(.default).async {
+        writeByte(toS.write)
+        writeByte(toJ2.write)
+      }
+      Queue.global(.high).async { _ = waitReadable(toJ2.read, milliseconds: 10_000) }
+      trap.store(3, ordering: .sequentiallyConsistent)
+      let ran = waitReadable(toS.read, milliseconds: 5_000)
+      outcome.store(ran ? 1 : 2, ordering: .sequentiallyConsistent)
+      finished.signal()
+    }
+    guard finished.wait(timeout: .now + .seconds(60)) == .success else {
+      fail("S never finished (60 s)")
+    }
+    PoolProbe.setHook(nil)
+    switch outcome.load(ordering: .sequentiallyConsistent) {
+    case 1: print("J1 ran while S and J2 were blocked")
+    case 2: fail("J1 stayed in S's local queue for 5 s with S blocked (nobody was told)")
+    default: fail("no worker reached its spin within 10 s")
+    }
+  #else
+    print("skipped: release build (no pool probes)")
+  #endif
 }

@@ -36,6 +36,7 @@ let scenarios: [String: () -> Void] = [
   "source-main-process": sourceMainProcessScenario,
   "file-source-main": fileSourceMainScenario,
   "pool-strand-rounds": poolStrandRoundsScenario,
+  "pool-strand-held": poolStrandHeldScenario,
 ]
 
 guard CommandLine.arguments.count == 2, let scenario = scenarios[CommandLine.arguments[1]] else {

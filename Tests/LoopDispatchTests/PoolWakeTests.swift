@@ -16,3 +16,14 @@ import Testing
     #expect(result.output.contains("ok pool-strand-rounds"), "\(result.output)")
   }
 }
+
+extension PoolWakeTests {
+  /// The same pattern forced with a probe hook (debug builds): a worker is held in its spin
+  /// while the submitter pushes both jobs, so both wake-ups are left to it, and the
+  /// supervisor starts asleep. Before the fix J1 stayed queued for the scenario's whole 5 s.
+  @Test func theReleasedSpinnerPassesTheWakeOn() {
+    let result = runProgram("LoopDispatchTestHost", ["pool-strand-held"])
+    #expect(result.status == 0, "\(result.output)\(result.errorOutput)")
+    #expect(result.output.contains("ok pool-strand-held"), "\(result.output)")
+  }
+}

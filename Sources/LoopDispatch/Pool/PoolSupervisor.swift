@@ -46,6 +46,9 @@ final class PoolSupervisor: @unchecked Sendable {
     }
   }
 
+  /// Whether the supervisor sleeps without a timeout (for tests that need it told nothing).
+  var isAsleep: Bool { word.atomic.pointee.load(ordering: .sequentiallyConsistent) == 1 }
+
   func register(_ worker: Worker) { workers.withLock { $0.append(worker) } }
 
   /// The workers now (a copy).

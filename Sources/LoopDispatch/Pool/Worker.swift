@@ -198,6 +198,7 @@ final class Worker: @unchecked Sendable {
     defer { pool.searching.wrappingSubtract(1, ordering: .sequentiallyConsistent) }
     if searchers > pool.maximumSearchers { return false }
     for _ in 0..<spinBudget {
+      poolProbe(.spin)
       if pool.hasQueuedWork() {
         spinBudget = Swift.min(pool.spinLimit, spinBudget * 2)
         return true
@@ -215,6 +216,7 @@ final class Worker: @unchecked Sendable {
     if runNext.load(ordering: .relaxed) != 0 { return true }
     parkWord.atomic.pointee.store(1, ordering: .relaxed)
     pool.announceIdle(self)
+    poolProbe(.park)
     // The Dekker re-check: work published before our announcement is seen here.
     if pool.hasQueuedWork() {
       _ = pool.withdrawIdle(self)

@@ -76,6 +76,7 @@ extension WorkerPool {
   /// blocked). Any thread.
   @inline(__always)
   func notifyWork() {
+    poolProbe(.notify)
     if searching.load(ordering: .sequentiallyConsistent) > 0 { return }
     if !wakeIdleWorker() { supervisor.noteWorkWaiting() }
   }
@@ -97,6 +98,7 @@ extension WorkerPool {
       var bits = idleWords[word].load(ordering: .sequentiallyConsistent)
       while bits != 0 {
         let bit = bits & (~bits &+ 1)  // The lowest set bit.
+        poolProbe(.claim)
         let (claimed, original) = idleWords[word].compareExchange(
           expected: bits, desired: bits & ~bit, ordering: .sequentiallyConsistent)
         if claimed {

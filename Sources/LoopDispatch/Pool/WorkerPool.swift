@@ -186,6 +186,7 @@ final class WorkerPool: @unchecked Sendable {
   func enqueue(_ node: JobNodePointer, runNext: Bool, yielding: Bool = false) {
     // Read now: once published, the node belongs to whoever takes it (and may be reused).
     let lane = node.pointee.lane
+    poolProbe(.submit)
     // Borrowed, not retained: the calling thread's own worker (see `Worker.current`).
     if !yielding, let raw = ThreadSlots.worker(),
       Unmanaged<Worker>.fromOpaque(raw)._withUnsafeGuaranteedRef({ worker in
@@ -229,6 +230,7 @@ final class WorkerPool: @unchecked Sendable {
       count += 1
     }
     guard let first, let last else { return }
+    poolProbe(.submit)
     injection[priority.rawValue].pushChain(first: first, last: last, count: count)
     notifyWork()
   }
@@ -243,6 +245,7 @@ final class WorkerPool: @unchecked Sendable {
     // Fairness: every `injectionCheckInterval` takes, the injection queues go before the
     // worker's own slot and local queue, so a worker whose jobs keep refilling its own queue
     // (a job that resubmits itself) cannot starve work from other threads.
+    poolProbe(.take)
     worker.takes &+= 1
     if worker.takes % Self.injectionCheckInterval == 0 {
       for lane in 0..<laneCount {
@@ -296,6 +299,7 @@ final class WorkerPool: @unchecked Sendable {
   func steal(for thief: Worker) -> JobNodePointer? {
     let count = tableCount.load(ordering: .acquiring)
     guard count > 1 else { return nil }
+    poolProbe(.steal)
     for lane in 0..<laneCount {
       for offset in 1..<count {
         let stolen = unmanagedWorker(at: (thief.index + offset) % count)
@@ -464,6 +468,17 @@ package enum PoolDiagnostics {
   /// Worker starts the system refused since launch. Starts the pool on first use.
   package static var refusedWorkerStarts: UInt64 {
     WorkerPool.shared.refusedSpawns.load(ordering: .relaxed)
+  }
+
+  /// Whether the pool is quiet: every plain worker parked and the supervisor asleep without
+  /// a timeout (nothing will wake either until work is submitted). Starts the pool.
+  package static var isQuiet: Bool {
+    let pool = WorkerPool.shared
+    var parked = 0
+    for word in 0..<pool.idleWordCount {
+      parked += pool.idleWords[word].load(ordering: .sequentiallyConsistent).nonzeroBitCount
+    }
+    return pool.supervisor.isAsleep && parked == pool.state.withLock { $0.threads }
   }
 }
 
