@@ -88,7 +88,7 @@ private final class StrandClock: @unchecked Sendable {
   func mark() { nanoseconds = monotonicNanoseconds() }
 }
 
-private func monotonicNanoseconds() -> UInt64 {
+func monotonicNanoseconds() -> UInt64 {
   var now = timespec()
   clock_gettime(CLOCK_MONOTONIC, &now)
   return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
@@ -99,19 +99,19 @@ private func busyWait(microseconds: UInt64) {
   while monotonicNanoseconds() < end {}
 }
 
-private func pipePair() -> (read: Int32, write: Int32) {
+func pipePair() -> (read: Int32, write: Int32) {
   var fds: [Int32] = [0, 0]
   guard pipe(&fds) == 0 else { fail("pipe: errno \(errno)") }
   return (fds[0], fds[1])
 }
 
-private func writeByte(_ fd: Int32) {
+func writeByte(_ fd: Int32) {
   var byte: UInt8 = 1
   _ = write(fd, &byte, 1)
 }
 
 /// Blocks in the kernel (`poll`) until `fd` is readable; false on timeout.
-private func waitReadable(_ fd: Int32, milliseconds: Int32) -> Bool {
+func waitReadable(_ fd: Int32, milliseconds: Int32) -> Bool {
   var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
   while true {
     let result = poll(&entry, 1, milliseconds)

@@ -37,6 +37,7 @@ let scenarios: [String: () -> Void] = [
   "file-source-main": fileSourceMainScenario,
   "pool-strand-rounds": poolStrandRoundsScenario,
   "pool-strand-held": poolStrandHeldScenario,
+  "pool-chaos": poolChaosScenario,
 ]
 
 guard CommandLine.arguments.count == 2, let scenario = scenarios[CommandLine.arguments[1]] else {

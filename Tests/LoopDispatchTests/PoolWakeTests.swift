@@ -27,3 +27,16 @@ extension PoolWakeTests {
     #expect(result.output.contains("ok pool-strand-held"), "\(result.output)")
   }
 }
+
+extension PoolWakeTests {
+  /// Chaos mode (random yields and sleeps at every protocol step) with the pool grown past
+  /// 32 workers by jobs blocked in the kernel, on however few cores: every job of every kind
+  /// (plain, fan-out, the stranding pattern, semaphore pairs) runs, none waits over 5 s to
+  /// start, no blocking wait times out (`PoolChaosScenario.swift`). 600 units here, 20,000
+  /// with LOOPDISPATCH_STRESS=full; builds without probes (release) print "skipped".
+  @Test func chaosModeRunsEveryJob() {
+    let result = runProgram("LoopDispatchTestHost", ["pool-chaos"])
+    #expect(result.status == 0, "\(result.output)\(result.errorOutput)")
+    #expect(result.output.contains("ok pool-chaos"), "\(result.output)")
+  }
+}

@@ -25,12 +25,12 @@ package enum PoolStep: Int, Sendable {
 /// a debug build, the chaos mode's perturbation and a test's hook (`PoolProbe`).
 @inline(__always)
 func poolProbe(_ step: PoolStep) {
-  #if DEBUG
+  #if DEBUG || LOOPDISPATCH_CHAOS
     PoolProbe.reach(step)
   #endif
 }
 
-#if DEBUG
+#if DEBUG || LOOPDISPATCH_CHAOS
   /// Debug builds only: chaos mode and a test hook at each protocol step.
   ///
   /// Chaos mode (`LOOPDISPATCH_POOL_CHAOS=1` in the environment when the pool starts, or
