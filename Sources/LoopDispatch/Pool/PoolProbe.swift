@@ -3,7 +3,7 @@ import Synchronization
 
 /// The steps of the pool's wake-up protocol where a debug build can stop or perturb a thread
 /// (`WorkerPool+Parking.swift` names the protocol; the model in
-/// Tests/LoopDispatchTests/PoolProtocolModel.swift has one step per atomic operation of it).
+/// Tests/PoolModelTests/PoolProtocolModel.swift has one step per atomic operation of it).
 package enum PoolStep: Int, Sendable {
   /// A submitter is about to publish a job (`WorkerPool.enqueue`, `submitBatch`).
   case submit

@@ -11,7 +11,7 @@ import Synchronization
 /// (`withdrawIdle`: it found work in its re-check, timed out to retire, or woke).
 ///
 /// Every access below is sequentially consistent, so all of them sit in one total order S.
-/// The parties and what each owes (the model in Tests/LoopDispatchTests/PoolProtocolModel
+/// The parties and what each owes (the model in Tests/PoolModelTests/PoolProtocolModel
 /// explores these steps over every interleaving):
 /// 1. A submitter publishes its job (the injection queue's `pushed` count or a local queue's
 ///    tail), then `notifyWork` loads `searching`; if a worker searches, the submitter owes
@@ -24,20 +24,22 @@ import Synchronization
 /// 3. The last searcher's rule. A spinning worker increments `searching`, loads the queues,
 ///    and decrements `searching` when it leaves. A submitter that saw `searching > 0` made its
 ///    load before some searcher's decrement, and its publication before that load; so the
-///    publication precedes, in S, every load that searcher makes after its decrement. A
-///    searcher that leaves empty-handed parks, and rule 2's re-check makes those loads. One
-///    that found work takes a job and then makes them too (`passOnWake`): if any job is still
-///    queued it runs `notifyWork` itself, standing for every submitter that left its job to
-///    it. Without this, a worker that submits two jobs while another spins and then blocks in
-///    the kernel could leave the second job in its own local queue with nobody told (the
-///    spinner takes the first): issue 30's stranded job.
+///    publication precedes, in S, every load that searcher makes after its decrement: the
+///    scan after its spin found work, or the re-check of the park that follows an empty spin.
+///    Either way, once it has taken a job it makes those loads again (`passOnWake`): if any
+///    job is still queued it runs `notifyWork` itself, standing for every submitter that left
+///    its job to it. Without this, a worker that submits two jobs while another spins and
+///    then blocks in the kernel could leave the second job in its own local queue with nobody
+///    told (the searcher takes the first): issue 30's stranded job. The model finds it both
+///    after a spin that found work and after a re-check that did.
 /// 4. The consumed wake. A worker whose bit a waker claimed stands for that waker's
 ///    submitter, whether it was asleep (woken) or still re-checking (its `withdrawIdle`
 ///    found the bit already clear). It may take another job than the one the wake was for,
 ///    so after taking its job it too makes `passOnWake`'s loads, which follow the claim in S
 ///    (the claim precedes the worker's `withdrawIdle` on the same word, and the submitter's
-///    publication precedes its claim). It passes the wake on whenever it leaves a park: a
-///    worker cannot tell a stale wake from a fresh one, and the cost is one scan per wake.
+///    publication precedes its claim). So a worker passes the wake on whenever it leaves a
+///    park, whichever way (it cannot tell a stale wake from a fresh one, nor a re-check that
+///    follows a spin from one that does not), at the cost of one scan per park.
 /// 5. The supervisor, once told, stays awake while jobs wait and rescues what a blocked
 ///    worker holds: its local queues after a tick without progress, its run-next slot after
 ///    two ticks (`WorkerPool+RunNext.swift`, rule 4). So a worker that blocks in the kernel
