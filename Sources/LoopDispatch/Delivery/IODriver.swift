@@ -69,6 +69,21 @@ final class IODriver: @unchecked Sendable {
   /// Atomic. Inline handlers run and events seen (for `RuntimeStats`).
   let inlineRuns = Atomic<UInt64>(0)
   let eventsSeen = Atomic<UInt64>(0)
+  /// Atomic. Whether the driver timers' timerfd is set for an instant still ahead whose
+  /// expiry could teach their wake-up delay (`EarlyWake.learnsAtNextExpiry`, stored under
+  /// the timers' lock): the poller then reads the clock as it enters `epoll_wait`.
+  /// Relaxed: a stale value costs one clock read, or one sample not taken, never a wrong
+  /// sample (`EarlyWake` compares the reading with the instant itself).
+  let timerLearnsAtExpiry = Atomic<Bool>(false)
+  /// Atomic. The clock reading as the poller entered the `epoll_wait` whose events it is
+  /// dispatching, if `timerLearnsAtExpiry` held then; otherwise 1, an instant before any the
+  /// timerfd can be set for afterwards (a timer armed while the poller waits expires after
+  /// it entered); 0 from the batch's second event on (only the first thing a wait handles
+  /// can have waited for the wake-up).
+  /// Written and read only by the poller-role holder, on its thread, while it holds the
+  /// role (the role's acquiring and releasing exchanges order it between the two threads),
+  /// hence relaxed. Read by `DriverTimers` at an expiry (`EarlyWake`, rule 1).
+  let pollEnteredAt = Atomic<UInt64>(0)
 
   private init(epfd: Int32, watchdogFD: Int32) {
     self.epfd = epfd
@@ -212,10 +227,18 @@ final class IODriver: @unchecked Sendable {
     var events = [UInt32](repeating: 0, count: Self.batchSize)
     var tokens = [UInt64](repeating: 0, count: Self.batchSize)
     while true {
+      // A vDSO clock read (25 ns here), only while a timer could learn from its expiry
+      // (`EarlyWake`). Otherwise 1: the timerfd may be armed from another thread while this
+      // one waits, for an instant after the entry. (Wrong only if the arm and its expiry
+      // both fall between this load and the wait, a few instructions apart.)
+      pollEnteredAt.store(
+        timerLearnsAtExpiry.load(ordering: .relaxed) ? Deadline.now.uptimeNanoseconds : 1,
+        ordering: .relaxed)
       let count = cls_epoll_wait_many(epfd, &events, &tokens, Int32(Self.batchSize), -1)
       guard count > 0 else { continue }  // EINTR
       eventsSeen.wrappingAdd(UInt64(count), ordering: .relaxed)
       for index in 0..<Int(count) {
+        if index == 1 { pollEnteredAt.store(0, ordering: .relaxed) }
         if !dispatch(events: events[index], token: tokens[index], last: index == Int(count) - 1) {
           // Lost the role during the last (inline) handler: stand by.
           DriverThreadMark.inlinePermitted = false
