@@ -15,9 +15,10 @@ import Synchronization
 /// 2. The thread holding the *poller role* sleeps in `epoll_wait` and wakes with the event.
 ///    It looks the token up (a stale token — the entry was removed, its number perhaps
 ///    reused — is skipped) and hands readiness to every source of the fired interests.
-/// 3. If the target queue's chain is serial and idle, the poller claims it (as an uncontended
-///    `sync` would) and runs the handler itself: no thread hop. Otherwise the delivery is
-///    queued on the target like any other work.
+/// 3. If the target queue's chain is serial and idle, and ends at the default lane or a
+///    higher one (`lowestInlinePriority`), the poller claims it (as an uncontended `sync`
+///    would) and runs the handler itself: no thread hop. Otherwise the delivery is queued on
+///    the target like any other work.
 /// 4. After the handler returns, the thread that ran it re-arms interest with `epoll_ctl`
 ///    (`rearm`, in `IODriver+Registration.swift`): a system call, never a post to a loop,
 ///    never a wake-up. With several sources of one interest, the last to finish re-arms.
@@ -325,12 +326,25 @@ final class IODriver: @unchecked Sendable {
     return true
   }
 
+  /// The lowest lane whose work may run inline on a driver thread: the default lane. Work
+  /// below it (a serial chain ending at a `.low` or `.background` global queue) never runs
+  /// on the poller; it is queued, and runs on a worker of its lane.
+  ///
+  /// Why: an inline run holds up every other descriptor and timer of the driver until it
+  /// returns or the standby takes over (one to two 2 ms watchdog periods), so a background
+  /// handler or timer of a few milliseconds delayed high-priority events by 2–4 ms per run.
+  /// In the pool a lower lane waits for the higher ones instead.
+  static let lowestInlinePriority = Priority.default
+
   /// Runs `body` on this driver thread with `queue`'s serial chain claimed and current, if the
-  /// whole chain is idle (claimed as an uncontended `sync` claims it) and no other inline run
-  /// is going on (`runInline`); the chain is released after. Returns false, running nothing,
-  /// otherwise. Shared by fd handlers (`SourceCore`) and timers (`DriverTimers`).
+  /// whole chain is idle (claimed as an uncontended `sync` claims it), it ends at a lane no
+  /// lower than `lowestInlinePriority`, and no other inline run is going on (`runInline`);
+  /// the chain is released after. Returns false, running nothing, otherwise. Shared by fd
+  /// handlers (`SourceCore`) and timers (`DriverTimers`).
   func runInlineOnIdleChain(of queue: Queue, _ body: () -> Void) -> Bool {
-    guard queue.trySyncLockChain() else { return false }
+    guard queue.trySyncLockChain(lowestPriority: Self.lowestInlinePriority) else {
+      return false
+    }
     let ran = runInline { queue.withLockedChainFrames(body) }
     queue.unlockSyncChain()
     return ran

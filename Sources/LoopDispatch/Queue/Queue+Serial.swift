@@ -235,13 +235,15 @@ extension Queue {
   // MARK: sync
 
   /// Tries to take SYNC_LOCKED on this queue and every serial queue up its target chain.
-  /// Returns false (holding nothing) if any is busy or the chain has a concurrent queue.
+  /// Returns false (holding nothing) if any is busy, the chain has a concurrent queue, or
+  /// it ends at a global queue of a lower priority than `lowestPriority` (the I/O driver's
+  /// inline runs pass `.default`: see `IODriver.lowestInlinePriority`; `sync` takes any).
   ///
   /// Each queue locked records the next one locked (`syncChainNext`), and the unlock
   /// follows those links, not `target`: a `setTarget` while the chain is held changes where
   /// later work goes, never which locks this holder releases.
   @inline(__always)
-  func trySyncLockChain() -> Bool {
+  func trySyncLockChain(lowestPriority: Priority = .background) -> Bool {
     var queue = self
     var previous: Queue? = nil
     while true {
@@ -255,7 +257,13 @@ extension Queue {
       previous?.syncChainNext = Unmanaged.passUnretained(queue)
       previous = queue
       let next = queue.target!
-      if case .root = next.kind { return true }
+      // The lane is known only at the chain's end, so a chain of a lower lane is locked and
+      // then released: a path that then queues its work anyway (`Priority` sorts the
+      // higher lane first).
+      if case .root(let priority, _) = next.kind {
+        if priority <= lowestPriority { return true }
+        break
+      }
       queue = next
     }
     // Undo the locks taken (linked from `self` to `previous`).

@@ -36,13 +36,15 @@ import Synchronization
 ///    batch per queue (`TimerFireBatch`, as the service loop did), except the last claimed
 ///    work when its queue is serial and the event may run inline (the last of its
 ///    `epoll_wait` batch, no other inline run, a standby exists): that one is held back.
-/// 4. The held-back work runs inline if its queue's whole chain is idle: claimed as an
+/// 4. The held-back work runs inline if its queue's whole chain is idle and ends at the
+///    default lane or a higher one (`IODriver.lowestInlinePriority`: work of a lower lane
+///    never runs on the poller): claimed as an
 ///    uncontended `sync` claims it (`trySyncLockChain`), run through `IODriver.runInline`
 ///    (the poller role is released meanwhile, so if the work blocks the standby takes over
 ///    within ~4 ms and other timers and descriptors keep firing), then the chain is released.
 ///    Otherwise (the queue is busy or has work queued, which the batch of step 3 may just
-///    have added) it is submitted like the rest, behind anything already queued: the work
-///    of one queue keeps its deadline order either way.
+///    have added, or its lane is lower) it is submitted like the rest, behind anything
+///    already queued: the work of one queue keeps its deadline order either way.
 ///
 /// Waking early (`EarlyWake`, the rule MainLoop's timers follow too): on these VMs a thread
 /// sleeping in `epoll_wait` runs 30–70 µs after its timerfd expires (the halted virtual CPU's
