@@ -27,6 +27,7 @@ let scenarios: [String: () -> Void] = [
   "reused-number-main": reusedNumberMainScenario,
   "reused-number-dup-main": reusedNumberDupMainScenario,
   "reused-number-streaming-main": reusedNumberStreamingMainScenario,
+  "reused-number-slow-main": reusedNumberSlowMainScenario,
   "main-chain": mainChainScenario,
   "main-post": mainPostScenario,
   "signal-mix": signalMixScenario,

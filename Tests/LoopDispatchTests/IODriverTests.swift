@@ -26,6 +26,40 @@ import Testing
     #expect(!errors.contains("IODriverTests:"), "\(errors)")
   }
 
+  /// Work below the default lane never runs inline on the poller: a read source's handler
+  /// and an `after` of a serial queue targeting the `.low` or `.background` global queue run
+  /// on that lane's pool workers, never on a driver thread (`ld.io.N`), while the same on
+  /// the `.default` and `.high` lanes still run on the driver thread. In a child process, as
+  /// above, so that no other suite's inline run sends the higher lanes' events to the pool.
+  @Test func workBelowTheDefaultLaneNeverRunsOnTheDriverThread() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      do {
+        for priority in Priority.allCases {
+          let lane = Queue.global(priority)
+          let handlers = try handlerThreadNames(events: 10, target: lane)
+          let timers = try afterThreadNames(count: 10, target: lane)
+          let onDriver = (handlers + timers).filter { $0.hasPrefix("ld.io.") }.count
+          if priority > .default {
+            guard onDriver == 0 else {
+              driverTestFailure("\(priority): \(onDriver) on the driver: \(handlers) \(timers)")
+            }
+          } else {
+            guard handlers.allSatisfy({ $0.hasPrefix("ld.io.") }) else {
+              driverTestFailure("\(priority): handler threads \(handlers)")
+            }
+            guard timers.contains(where: { $0.hasPrefix("ld.io.") }) else {
+              driverTestFailure("\(priority): no after ran on the driver: \(timers)")
+            }
+          }
+        }
+      } catch { driverTestFailure("\(error)") }
+      exit(0)
+    }
+    // Shown only on failure (the child's own account of it).
+    let errors = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+    #expect(!errors.contains("IODriverTests:"), "\(errors)")
+  }
+
   /// While one source's handler blocks for a second on the driver thread, another source's
   /// event is still delivered within a few milliseconds (the standby driver thread takes
   /// over polling), and an `after` timer still fires on time.
@@ -136,10 +170,11 @@ import Testing
   }
 }
 
-/// Fires a read source on an idle serial queue `events` times, one event at a time, and
-/// returns the name of the thread each handler ran on.
-private func handlerThreadNames(events: Int) throws -> [String] {
-  let queue = Queue(label: "io-inline")
+/// Fires a read source on an idle serial queue (targeting `target`, by default the default
+/// global queue) `events` times, one event at a time, and returns the name of the thread
+/// each handler ran on.
+private func handlerThreadNames(events: Int, target: Queue? = nil) throws -> [String] {
+  let queue = Queue(label: "io-inline", target: target)
   let pair = try makePipe()
   let names = Locked([String]())
   let fired = LoopDispatch.Semaphore(value: 0)
@@ -160,6 +195,22 @@ private func handlerThreadNames(events: Int) throws -> [String] {
   _ = cancelled.wait()
   close(pair.read)
   close(pair.write)
+  return names.value
+}
+
+/// Runs `count` `after`s, one at a time, each 300 µs ahead, on an idle serial queue targeting
+/// `target`, and returns the name of the thread each ran on.
+private func afterThreadNames(count: Int, target: Queue) throws -> [String] {
+  let queue = Queue(label: "io-inline-after", target: target)
+  let names = Locked([String]())
+  let ran = LoopDispatch.Semaphore(value: 0)
+  for _ in 0..<count {
+    queue.after(.microseconds(300)) {
+      names.withLock { $0.append(kernelThreadName()) }
+      ran.signal()
+    }
+    if ran.wait(timeout: .seconds(10)) == .timedOut { driverTestFailure("an after never ran") }
+  }
   return names.value
 }
 

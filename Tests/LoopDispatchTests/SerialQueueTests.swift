@@ -77,6 +77,48 @@ import Testing
       pthread_join(thread, nil)
       #expect(queue.sync { order.value } == Array(0..<7))
     }
+
+    /// A queue that is empty when its drain checks the budget at its last item, and refilled
+    /// right after (a debug hook submits there, on the drainer's thread): the drain still
+    /// stops at the budget, and the new items run in a later drain, in order. (The check
+    /// used to be `ran == budget && pending`: a drain that found nothing pending there ran
+    /// on, and never met its budget again.) Counted through the same hook: the items each
+    /// drain of this queue had run at each check.
+    @Test func aDrainRefilledRightAfterItsBudgetCheckStopsAtTheBudget() {
+      let queue = Queue(label: "drain-budget")
+      let budget = SerialDrainHooks.budget
+      let extra = budget / 2
+      // Only touched on `queue`, which runs one item at a time.
+      let order = Shared([Int]())
+      let allRan = Latch()
+      @Sendable func submit(_ item: Int) {
+        queue.async {
+          order.value.append(item)
+          if item == budget + extra - 1 { allRan.open() }
+        }
+      }
+      queue.suspend()
+      for item in 0..<budget { submit(item) }
+      let longestDrain = Atomic<Int>(0)
+      let refilled = Atomic<Bool>(false)
+      SerialDrainHooks.setAfterBudgetCheck { drained, ran in
+        guard drained === queue else { return }
+        _ = longestDrain.max(ran, ordering: .relaxed)
+        if ran == budget && !refilled.exchange(true, ordering: .relaxed) {
+          for item in budget..<(budget + extra) { submit(item) }
+        }
+      }
+      defer { SerialDrainHooks.setAfterBudgetCheck(nil) }
+      queue.resume()
+      // A latch, not `sync`: a waiter queued behind the items would be found pending at the
+      // budget check, and the window would not be tested.
+      #expect(allRan.wait())
+      let wasRefilled = refilled.load(ordering: .relaxed)
+      #expect(wasRefilled)
+      let longest = longestDrain.load(ordering: .relaxed)
+      #expect(longest <= budget)
+      #expect(order.value == Array(0..<(budget + extra)))
+    }
   #endif
 
   @Test func neverRunsTwoItemsAtOnce() {

@@ -15,9 +15,10 @@ import Synchronization
 /// 2. The thread holding the *poller role* sleeps in `epoll_wait` and wakes with the event.
 ///    It looks the token up (a stale token — the entry was removed, its number perhaps
 ///    reused — is skipped) and hands readiness to every source of the fired interests.
-/// 3. If the target queue's chain is serial and idle, the poller claims it (as an uncontended
-///    `sync` would) and runs the handler itself: no thread hop. Otherwise the delivery is
-///    queued on the target like any other work.
+/// 3. If the target queue's chain is serial and idle, and ends at the default lane or a
+///    higher one (`lowestInlinePriority`), the poller claims it (as an uncontended `sync`
+///    would) and runs the handler itself: no thread hop. Otherwise the delivery is queued on
+///    the target like any other work.
 /// 4. After the handler returns, the thread that ran it re-arms interest with `epoll_ctl`
 ///    (`rearm`, in `IODriver+Registration.swift`): a system call, never a post to a loop,
 ///    never a wake-up. With several sources of one interest, the last to finish re-arms.
@@ -69,6 +70,21 @@ final class IODriver: @unchecked Sendable {
   /// Atomic. Inline handlers run and events seen (for `RuntimeStats`).
   let inlineRuns = Atomic<UInt64>(0)
   let eventsSeen = Atomic<UInt64>(0)
+  /// Atomic. Whether the driver timers' timerfd is set for an instant still ahead whose
+  /// expiry could teach their wake-up delay (`EarlyWake.learnsAtNextExpiry`, stored under
+  /// the timers' lock): the poller then reads the clock as it enters `epoll_wait`.
+  /// Relaxed: a stale value costs one clock read, or one sample not taken, never a wrong
+  /// sample (`EarlyWake` compares the reading with the instant itself).
+  let timerLearnsAtExpiry = Atomic<Bool>(false)
+  /// Atomic. The clock reading as the poller entered the `epoll_wait` whose events it is
+  /// dispatching, if `timerLearnsAtExpiry` held then; otherwise 1, an instant before any the
+  /// timerfd can be set for afterwards (a timer armed while the poller waits expires after
+  /// it entered); 0 from the batch's second event on (only the first thing a wait handles
+  /// can have waited for the wake-up).
+  /// Written and read only by the poller-role holder, on its thread, while it holds the
+  /// role (the role's acquiring and releasing exchanges order it between the two threads),
+  /// hence relaxed. Read by `DriverTimers` at an expiry (`EarlyWake`, rule 1).
+  let pollEnteredAt = Atomic<UInt64>(0)
 
   private init(epfd: Int32, watchdogFD: Int32) {
     self.epfd = epfd
@@ -212,10 +228,18 @@ final class IODriver: @unchecked Sendable {
     var events = [UInt32](repeating: 0, count: Self.batchSize)
     var tokens = [UInt64](repeating: 0, count: Self.batchSize)
     while true {
+      // A vDSO clock read (25 ns here), only while a timer could learn from its expiry
+      // (`EarlyWake`). Otherwise 1: the timerfd may be armed from another thread while this
+      // one waits, for an instant after the entry. (Wrong only if the arm and its expiry
+      // both fall between this load and the wait, a few instructions apart.)
+      pollEnteredAt.store(
+        timerLearnsAtExpiry.load(ordering: .relaxed) ? Deadline.now.uptimeNanoseconds : 1,
+        ordering: .relaxed)
       let count = cls_epoll_wait_many(epfd, &events, &tokens, Int32(Self.batchSize), -1)
       guard count > 0 else { continue }  // EINTR
       eventsSeen.wrappingAdd(UInt64(count), ordering: .relaxed)
       for index in 0..<Int(count) {
+        if index == 1 { pollEnteredAt.store(0, ordering: .relaxed) }
         if !dispatch(events: events[index], token: tokens[index], last: index == Int(count) - 1) {
           // Lost the role during the last (inline) handler: stand by.
           DriverThreadMark.inlinePermitted = false
@@ -302,12 +326,25 @@ final class IODriver: @unchecked Sendable {
     return true
   }
 
+  /// The lowest lane whose work may run inline on a driver thread: the default lane. Work
+  /// below it (a serial chain ending at a `.low` or `.background` global queue) never runs
+  /// on the poller; it is queued, and runs on a worker of its lane.
+  ///
+  /// Why: an inline run holds up every other descriptor and timer of the driver until it
+  /// returns or the standby takes over (one to two 2 ms watchdog periods), so a background
+  /// handler or timer of a few milliseconds delayed high-priority events by 2–4 ms per run.
+  /// In the pool a lower lane waits for the higher ones instead.
+  static let lowestInlinePriority = Priority.default
+
   /// Runs `body` on this driver thread with `queue`'s serial chain claimed and current, if the
-  /// whole chain is idle (claimed as an uncontended `sync` claims it) and no other inline run
-  /// is going on (`runInline`); the chain is released after. Returns false, running nothing,
-  /// otherwise. Shared by fd handlers (`SourceCore`) and timers (`DriverTimers`).
+  /// whole chain is idle (claimed as an uncontended `sync` claims it), it ends at a lane no
+  /// lower than `lowestInlinePriority`, and no other inline run is going on (`runInline`);
+  /// the chain is released after. Returns false, running nothing, otherwise. Shared by fd
+  /// handlers (`SourceCore`) and timers (`DriverTimers`).
   func runInlineOnIdleChain(of queue: Queue, _ body: () -> Void) -> Bool {
-    guard queue.trySyncLockChain() else { return false }
+    guard queue.trySyncLockChain(lowestPriority: Self.lowestInlinePriority) else {
+      return false
+    }
     let ran = runInline { queue.withLockedChainFrames(body) }
     queue.unlockSyncChain()
     return ran

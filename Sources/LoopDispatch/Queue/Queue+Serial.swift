@@ -20,8 +20,12 @@ import Synchronization
 ///    a CAS sets SCHEDULED and the queue hands its drain to its target.
 /// 2. The drainer (holding SCHEDULED) moves `incoming` into `backlog` (reversing it into
 ///    FIFO order) and runs items one by one, checking suspension between items. After
-///    `drainBudget` items it re-enqueues itself behind others on its target (still holding
-///    SCHEDULED) so one busy queue cannot monopolise a worker.
+///    `drainBudget` items it stops, whatever is queued: with items waiting it re-enqueues
+///    itself behind others on its target (still holding SCHEDULED) so one busy queue cannot
+///    monopolise a worker; with none it releases SCHEDULED as in step 3, and if items
+///    arrived meanwhile (the queue was empty only at the check) the re-check's `wakeUp`
+///    yields too (`releaseScheduled(yielding:)`): the budget bounds every drain, not just
+///    drains that find work at their last item.
 /// 3. Out of work (or suspended), it clears SCHEDULED (sequentially consistent), then
 ///    re-checks `incoming`/`backlog` and calls `wakeUp()` if anything is there. Either a
 ///    submitter's state load comes after the clear (and it schedules), or the drainer's
@@ -93,15 +97,16 @@ extension Queue {
   }
 
   /// Schedules the queue on its target if it has work and nothing holds or blocks it.
+  /// `yielding`: see `scheduleDrain` (a drain that used up its budget, step 2).
   @inline(__always)
-  func wakeUp() {
+  func wakeUp(yielding: Bool = false) {
     var current = state.load(ordering: .sequentiallyConsistent)
     while current & SerialState.blocking == 0 {
       let (exchanged, original) = state.compareExchange(
         expected: current, desired: current | SerialState.scheduled,
         ordering: .sequentiallyConsistent)
       if exchanged {
-        scheduleDrain()
+        scheduleDrain(yielding: yielding)
         return
       }
       current = original
@@ -151,14 +156,22 @@ extension Queue {
         }
         countCompletionExclusive()
         ran += 1
-        if ran == drainBudget && serialHasPendingItems {
+        // Step 2's bound. Checked as `>=` and followed by a break either way: a queue empty
+        // at this check may be refilled before the next `takeNext`, and a drain that went on
+        // would never meet the budget again.
+        let budgetUsed = ran >= drainBudget
+        if budgetUsed && serialHasPendingItems {
           // Yield: go to the back of the target's line, still holding SCHEDULED.
           scheduleDrain(yielding: true)
           yielded = true
           break
         }
+        #if DEBUG
+          SerialDrainHooks.afterBudgetCheck(of: self, ran: ran)
+        #endif
+        if budgetUsed { break }
       }
-      if !yielded { releaseScheduled() }
+      if !yielded { releaseScheduled(yielding: ran >= drainBudget) }
     }
     if kind == .serial && namesThreads { ThreadName.showEnclosingQueue() }
   }
@@ -192,9 +205,12 @@ extension Queue {
     return node
   }
 
-  private func releaseScheduled() {
+  /// Step 3. `yielding`: the drain used up its budget, so work found by the re-check goes
+  /// behind others on the target (a plain wake-up could take the worker's run-next slot and
+  /// run it at once, a drain past its budget in all but name).
+  private func releaseScheduled(yielding: Bool) {
     state.wrappingSubtract(SerialState.scheduled, ordering: .sequentiallyConsistent)
-    if serialHasPendingItems { wakeUp() }
+    if serialHasPendingItems { wakeUp(yielding: yielding) }
   }
 
   /// Frees items left in a queue that is being deallocated, without running them.
@@ -219,13 +235,15 @@ extension Queue {
   // MARK: sync
 
   /// Tries to take SYNC_LOCKED on this queue and every serial queue up its target chain.
-  /// Returns false (holding nothing) if any is busy or the chain has a concurrent queue.
+  /// Returns false (holding nothing) if any is busy, the chain has a concurrent queue, or
+  /// it ends at a global queue of a lower priority than `lowestPriority` (the I/O driver's
+  /// inline runs pass `.default`: see `IODriver.lowestInlinePriority`; `sync` takes any).
   ///
   /// Each queue locked records the next one locked (`syncChainNext`), and the unlock
   /// follows those links, not `target`: a `setTarget` while the chain is held changes where
   /// later work goes, never which locks this holder releases.
   @inline(__always)
-  func trySyncLockChain() -> Bool {
+  func trySyncLockChain(lowestPriority: Priority = .background) -> Bool {
     var queue = self
     var previous: Queue? = nil
     while true {
@@ -239,7 +257,13 @@ extension Queue {
       previous?.syncChainNext = Unmanaged.passUnretained(queue)
       previous = queue
       let next = queue.target!
-      if case .root = next.kind { return true }
+      // The lane is known only at the chain's end, so a chain of a lower lane is locked and
+      // then released: a path that then queues its work anyway (`Priority` sorts the
+      // higher lane first).
+      if case .root(let priority, _) = next.kind {
+        if priority <= lowestPriority { return true }
+        break
+      }
       queue = next
     }
     // Undo the locks taken (linked from `self` to `previous`).
@@ -430,29 +454,3 @@ extension Queue {
     if previous & SerialState.inactive != 0 && serialHasPendingItems { wakeUp() }
   }
 }
-
-#if DEBUG
-  /// Test hooks of the exchange-based push (debug builds only): a test parks a producer
-  /// between its exchange and its link store, and sees a drainer wait there.
-  package enum SerialLinkHooks {
-    /// Whether `pause` is set (checked first, so an unarmed push takes no lock).
-    private static let armed = Atomic<Bool>(false)
-    /// Protected by: its lock. Called by every producer between its exchange and its link
-    /// store while armed.
-    private static let pause = LockedValue<(@Sendable () -> Void)?>(nil)
-    /// Drainers that found a node not yet linked.
-    package static let linkWaits = Atomic<Int>(0)
-
-    /// Installs (or, with nil, removes) the hook producers call in the window.
-    package static func setPause(_ hook: (@Sendable () -> Void)?) {
-      pause.withLock { $0 = hook }
-      armed.store(hook != nil, ordering: .sequentiallyConsistent)
-    }
-
-    @inline(__always)
-    static func betweenExchangeAndLink() {
-      guard armed.load(ordering: .relaxed), let hook = pause.withLock({ $0 }) else { return }
-      hook()
-    }
-  }
-#endif

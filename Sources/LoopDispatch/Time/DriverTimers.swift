@@ -36,24 +36,30 @@ import Synchronization
 ///    batch per queue (`TimerFireBatch`, as the service loop did), except the last claimed
 ///    work when its queue is serial and the event may run inline (the last of its
 ///    `epoll_wait` batch, no other inline run, a standby exists): that one is held back.
-/// 4. The held-back work runs inline if its queue's whole chain is idle: claimed as an
+/// 4. The held-back work runs inline if its queue's whole chain is idle and ends at the
+///    default lane or a higher one (`IODriver.lowestInlinePriority`: work of a lower lane
+///    never runs on the poller): claimed as an
 ///    uncontended `sync` claims it (`trySyncLockChain`), run through `IODriver.runInline`
 ///    (the poller role is released meanwhile, so if the work blocks the standby takes over
 ///    within ~4 ms and other timers and descriptors keep firing), then the chain is released.
 ///    Otherwise (the queue is busy or has work queued, which the batch of step 3 may just
-///    have added) it is submitted like the rest, behind anything already queued: the work
-///    of one queue keeps its deadline order either way.
+///    have added, or its lane is lower) it is submitted like the rest, behind anything
+///    already queued: the work of one queue keeps its deadline order either way.
 ///
 /// Waking early (`EarlyWake`, the rule MainLoop's timers follow too): on these VMs a thread
 /// sleeping in `epoll_wait` runs 30–70 µs after its timerfd expires (the halted virtual CPU's
 /// wake-up), and that delay was the whole lateness of an `after` on an idle serial queue:
 /// Dispatch's extra hop to a worker costs it only 5–10% more. So a deadline at least 500 µs
 /// away is armed early by the average measured delay (each capped at 150 µs), and the woken
-/// poller spins the rest of the way, outside `lock`. Timers closer together (a dense burst)
-/// are armed at their deadline, or the poller would spin from one to the next. Whichever
-/// thread holds the poller role pays the spin: about the delay's variation per early timer
-/// (a few µs to tens), never the time the timer waited. Deadlines and `armedDeadline` stay
-/// the true ones; only the descriptor's instant moves.
+/// poller spins the rest of the way, outside `lock`. Only expiries that woke the poller are
+/// measured: while the descriptor is set for an instant ahead (`timerLearnsAtExpiry`), the
+/// poller reads the clock as it enters `epoll_wait` (`IODriver.pollEnteredAt`), and an
+/// expiry found by a wait entered after it, or behind other events of its batch, was late
+/// because the poller was busy, which says nothing of the wake-up. Timers closer together
+/// (a dense burst) are armed at their deadline, or the poller would spin from one to the
+/// next. Whichever thread holds the poller role pays the spin: about the delay's variation
+/// per early timer (a few µs to tens), never the time the timer waited. Deadlines and
+/// `armedDeadline` stay the true ones; only the descriptor's instant moves.
 ///
 /// Scheduling (any thread, `schedule`), as the event loop's `add` does it: the timer is pushed
 /// onto `pending`, a lock-free stack linked through the timers (`nextPendingInsertion`), and
@@ -231,6 +237,7 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
   private func arm(_ deadline: UInt64) {
     // Waking early (see above): a far deadline is set early by the learnt delay.
     let expiry = earlyWake.expiry(for: deadline, now: Deadline.now.uptimeNanoseconds)
+    driver.timerLearnsAtExpiry.store(earlyWake.learnsAtNextExpiry, ordering: .relaxed)
     if cls_timerfd_set_abs(timerFD, expiry) != 0 {
       internalBug("timerfd_settime of the driver timers failed: errno \(cls_errno())")
     }
@@ -261,13 +268,19 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
     }
   }
 
-  /// Step 1, woken early (`EarlyWake`): learns the wake-up delay from this expiry and, if the
-  /// descriptor was set early, spins to the earliest deadline. The deadline itself is never
-  /// anticipated: step 2 pops only timers due by the clock.
+  /// Step 1, woken early (`EarlyWake`): learns the wake-up delay from this expiry if it woke
+  /// the poller (it entered `epoll_wait` before the instant and this is the first event of
+  /// that wait: `IODriver.pollEnteredAt`) and, if the descriptor was set early, spins to the
+  /// earliest deadline. The deadline itself is never anticipated: step 2 pops only timers due
+  /// by the clock.
   private func waitForEarliestDeadline() {
+    // This thread holds the poller role and wrote it before its wait (relaxed: see there).
+    let sleptSince = driver.pollEnteredAt.load(ordering: .relaxed)
     let wait = lock.withLock { _ -> (deadline: UInt64, now: UInt64, bound: UInt64)? in
       let now = Deadline.now.uptimeNanoseconds
-      guard earlyWake.expired(now: now) else { return nil }
+      let early = earlyWake.expired(now: now, sleptSince: sleptSince)
+      driver.timerLearnsAtExpiry.store(earlyWake.learnsAtNextExpiry, ordering: .relaxed)
+      guard early else { return nil }
       earlyWakes.wrappingAdd(1, ordering: .relaxed)
       insertPending()
       heap.dropRemovedFirst()

@@ -75,6 +75,10 @@ extension EventLoop {
       if condition() { return .condition }
       if deadlinePassed.value { return .deadline }
       let mayBlock = prepareToSleep()
+      // Waking early (`EarlyWake`, rule 1): a timer expiry teaches the wake-up delay only if
+      // the loop was asleep when it came, so the entry into the poll is timed, when it can
+      // matter. (The clock read is the vDSO's, next to a poll that sleeps.)
+      sleptSince = mayBlock && earlyWake.learnsAtNextExpiry ? monotonicNanoseconds() : 0
       let result = event_base_loop(
         base, mayBlock ? cl_evloop_once : cl_evloop_once | cl_evloop_nonblock)
       if result < 0 { internalBug("event_base_loop failed on loop \"\(name)\"") }

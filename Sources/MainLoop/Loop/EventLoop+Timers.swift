@@ -196,19 +196,26 @@ extension EventLoop {
   /// count, so the descriptor is not readable at the next poll. One system call fewer per
   /// wake-up.
   func handleTimerExpiry() {
+    // Whether this is the first handler since the poll returned: every handler, this one
+    // included, sets `wakePending` as it starts, and the loop cleared it before a poll that
+    // may block (`prepareToSleep`). Still clear, nothing ran before this expiry in this turn
+    // (and no other thread woke the loop: a producer sets it too). Relaxed: the loop thread's
+    // own stores are seen in order; a producer's store missed here only lets a sample count
+    // that a producer's wake-up may have shared.
+    let firstSincePoll = !wakePending.load(ordering: .relaxed)
     noteAwake()
     timerFDExpired = true
-    waitForEarliestTimer()
+    waitForEarliestTimer(sleptSince: firstSincePoll ? sleptSince : 0)
     fireTimerPasses()
   }
 
-  /// Waking early (`EarlyWake`): learns the wake-up delay from this expiry and, if the
-  /// descriptor was set early, spins to the earliest deadline. Loop thread only; real-time
-  /// loops only.
-  private func waitForEarliestTimer() {
+  /// Waking early (`EarlyWake`): learns the wake-up delay from this expiry if it woke the
+  /// loop (`sleptSince`: see `EarlyWake.expired(now:sleptSince:)`) and, if the descriptor
+  /// was set early, spins to the earliest deadline. Loop thread only; real-time loops only.
+  private func waitForEarliestTimer(sleptSince: UInt64) {
     guard !isVirtualTime else { return }
     let now = monotonicNanoseconds()
-    guard earlyWake.expired(now: now) else { return }
+    guard earlyWake.expired(now: now, sleptSince: sleptSince) else { return }
     earlyTimerWakes.wrappingAdd(1, ordering: .relaxed)
     insertPendingTimers()
     if let first = earliestLiveDeadline() {

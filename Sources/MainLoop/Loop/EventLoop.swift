@@ -104,6 +104,11 @@ public final class EventLoop: @unchecked Sendable {
   /// When the timer descriptor is set early for a far deadline, and what it learnt of the
   /// wake-up delay (`EarlyWake`). Only touched on the loop thread.
   var earlyWake = EarlyWake()
+  /// The clock reading as the loop entered its current poll, if that poll may block and the
+  /// timer descriptor is set for an instant still ahead (`EarlyWake.learnsAtNextExpiry`);
+  /// 0 otherwise. Written by `drive` before each poll, read by `handleTimerExpiry`. Only
+  /// touched on the loop thread.
+  var sleptSince: UInt64 = 0
   /// Atomic. Expiries of a timer descriptor set early (for tests).
   let earlyTimerWakes = Atomic<UInt64>(0)
   /// Runs after each pass of fired timers. Set before the loop runs (by the thread that

@@ -6,9 +6,17 @@ import CLoopShims
 /// On these VMs a thread asleep in `epoll_wait` runs 30–70 µs after its timerfd expires (the
 /// halted virtual CPU's wake-up), so every timer was late by that much, whatever the runtime.
 /// The rule:
-/// 1. Each expiry measures the delay from the instant the descriptor was set for to the
-///    thread running (`expired(now:)`), capped at `maxAdvance` (a thread preempted for longer
-///    says nothing of the next wake-up); `advance` is their average, the newest weighing 1/8.
+/// 1. An expiry that woke its thread measures the delay from the instant the descriptor was
+///    set for to the thread running (`expired(now:sleptSince:)`), capped at `maxAdvance` (a
+///    thread preempted for longer says nothing of the next wake-up); `advance` is their
+///    average, the newest weighing 1/8. Only such expiries teach: the thread entered its
+///    wait (`sleptSince`, read as it entered) before the instant, and the expiry is the
+///    first thing it handles after the wait returns. A thread busy at the instant (a
+///    handler, a batch of events) finds the descriptor expired when it next waits, and that
+///    lateness is its own work, not a wake-up: learnt, it raised `advance` towards the cap on
+///    a loaded host, and every far timer then spun up to 190 µs holding its thread. The owner
+///    reads the clock as it enters a wait only while `learnsAtNextExpiry` holds: one vDSO
+///    read (25 ns here) before a wait that may block, none while no timer is set.
 /// 2. A deadline at least `minimumDelay` away (the thread will sleep until it) is set
 ///    `advance` early (`expiry(for:now:)`). Closer deadlines are set exactly: a burst of
 ///    timers close together would otherwise keep the thread spinning from one to the next.
@@ -43,12 +51,28 @@ package struct EarlyWake {
     return expiry
   }
 
-  /// At an expiry of the descriptor (read the clock just before): learns the delay, and
-  /// returns whether the descriptor had been set early (the caller may then spin).
-  package mutating func expired(now: UInt64) -> Bool {
+  /// Whether the expiry the descriptor is set for could teach the delay (rule 1): it lies
+  /// ahead of the last `expiry(for:now:)`. While it holds, the owner reads the clock as its
+  /// thread enters a wait, for `expired(now:sleptSince:)`.
+  package var learnsAtNextExpiry: Bool { armedExpiry != 0 }
+
+  /// At an expiry of the descriptor: learns the delay if the expiry woke the thread (rule 1),
+  /// and returns whether the descriptor had been set early (the caller may then spin).
+  ///
+  /// - Parameters:
+  ///   - now: The clock, read just before.
+  ///   - sleptSince: The clock reading as the thread entered the wait this expiry ended (or
+  ///     any instant known to be no later: 1 for a wait entered before the descriptor was
+  ///     set), if the expiry is the first thing handled since that wait returned; 0
+  ///     otherwise (the wait did not block, or other events were handled first).
+  package mutating func expired(now: UInt64, sleptSince: UInt64) -> Bool {
     if armedExpiry != 0 && now >= armedExpiry {
-      let delay = min(now - armedExpiry, Self.maxAdvance)
-      advance = (advance * 7 + delay) / 8
+      // Entered at or after the instant: the descriptor had expired before the thread
+      // waited, so it was busy, not asleep, when it expired.
+      if sleptSince != 0 && sleptSince < armedExpiry {
+        let delay = min(now - armedExpiry, Self.maxAdvance)
+        advance = (advance * 7 + delay) / 8
+      }
       armedExpiry = 0
     }
     defer { armedEarly = false }

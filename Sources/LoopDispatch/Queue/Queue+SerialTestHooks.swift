@@ -1,0 +1,56 @@
+import Synchronization
+
+// Debug-only hooks of the serial queue's protocol (`Queue+Serial.swift`), through which tests
+// force its rare interleavings instead of hoping the scheduler finds them.
+
+#if DEBUG
+  /// Test hooks of the exchange-based push (debug builds only): a test parks a producer
+  /// between its exchange and its link store, and sees a drainer wait there.
+  package enum SerialLinkHooks {
+    /// Whether `pause` is set (checked first, so an unarmed push takes no lock).
+    private static let armed = Atomic<Bool>(false)
+    /// Protected by: its lock. Called by every producer between its exchange and its link
+    /// store while armed.
+    private static let pause = LockedValue<(@Sendable () -> Void)?>(nil)
+    /// Drainers that found a node not yet linked.
+    package static let linkWaits = Atomic<Int>(0)
+
+    /// Installs (or, with nil, removes) the hook producers call in the window.
+    package static func setPause(_ hook: (@Sendable () -> Void)?) {
+      pause.withLock { $0 = hook }
+      armed.store(hook != nil, ordering: .sequentiallyConsistent)
+    }
+
+    @inline(__always)
+    static func betweenExchangeAndLink() {
+      guard armed.load(ordering: .relaxed), let hook = pause.withLock({ $0 }) else { return }
+      hook()
+    }
+  }
+
+  /// Test hook of the drain budget (debug builds only): a test sees how many items each
+  /// drain has run, and may submit to the queue right after a budget check that found it
+  /// empty (the window where a drain used to run on past its budget).
+  package enum SerialDrainHooks {
+    /// Items a drain runs at most (`drainBudget`).
+    package static var budget: Int { drainBudget }
+    /// Whether `observer` is set (checked first, so an unarmed drain takes no lock).
+    private static let armed = Atomic<Bool>(false)
+    /// Protected by: its lock. Called by every drainer, on its thread, after each item's
+    /// budget check that did not yield, with the queue and the items run so far in this
+    /// drain.
+    private static let observer = LockedValue<(@Sendable (Queue, Int) -> Void)?>(nil)
+
+    /// Installs (or, with nil, removes) the hook drainers call after each budget check.
+    package static func setAfterBudgetCheck(_ hook: (@Sendable (Queue, Int) -> Void)?) {
+      observer.withLock { $0 = hook }
+      armed.store(hook != nil, ordering: .sequentiallyConsistent)
+    }
+
+    @inline(__always)
+    static func afterBudgetCheck(of queue: Queue, ran: Int) {
+      guard armed.load(ordering: .relaxed), let hook = observer.withLock({ $0 }) else { return }
+      hook(queue, ran)
+    }
+  }
+#endif
