@@ -55,7 +55,7 @@ func poolChaosScenario() {
       ChaosSubmitter(seed: UInt64(index) &* 0x9E37_79B9_7F4A_7C15 | 1, units: units / 2)
     }
     let threads = submitters.map { submitter in
-      startChaosThread { submitter.run(chaos) }
+      startScenarioThread { submitter.run(chaos) }
     }
     for thread in threads { pthread_join(thread, nil) }
     if chaos.units.wait(timeout: .seconds(120)) != .success {
@@ -226,23 +226,4 @@ func poolChaosScenario() {
     }
   }
 
-  private func startChaosThread(_ body: @escaping @Sendable () -> Void) -> pthread_t {
-    let box = Unmanaged.passRetained(ChaosThreadBody(body)).toOpaque()
-    var thread = pthread_t()
-    // Safe: the box is retained until the thread takes it back.
-    let result = pthread_create(
-      &thread, nil,
-      { raw in
-        let body = Unmanaged<ChaosThreadBody>.fromOpaque(raw!).takeRetainedValue()
-        body.body()
-        return nil
-      }, box)
-    guard result == 0 else { fail("pthread_create: \(result)") }
-    return thread
-  }
-
-  private final class ChaosThreadBody: Sendable {
-    let body: @Sendable () -> Void
-    init(_ body: @escaping @Sendable () -> Void) { self.body = body }
-  }
 #endif

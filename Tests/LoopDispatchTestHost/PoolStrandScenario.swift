@@ -132,7 +132,7 @@ func poolStrandHeldScenario() {
   #if DEBUG
     // 0: no trap; 1: S set the trap; 2: a spinner is held; 3: released.
     let trap = Atomic<Int>(0)
-    PoolProbe.setHook { step in
+    PoolProbe.setHook(for: [.spin]) { step in
       guard step == .spin,
         trap.compareExchange(expected: 1, desired: 2, ordering: .sequentiallyConsistent).exchanged
       else { return }
@@ -186,4 +186,142 @@ func poolStrandHeldScenario() {
   #else
     print("skipped: release build (no pool probes)")
   #endif
+}
+
+/// Idle workers do not all spin on a job they cannot take (debug builds: `PoolProbe`). A
+/// producer off the pool is held for `holdMilliseconds` between counting its job and linking
+/// it, as a preemption there would; just before, it wakes every worker with one tiny job
+/// each. Every worker then sees a job counted that none can take. The process's CPU time over
+/// the hold must stay under 1.25 cores, and the workers' loop turns (each a take that fails
+/// on the counted job) under 3,000 each: a worker whose turn found counted work and took none
+/// waits in the idle set (`Worker.park`) instead of spinning again. Before, every worker
+/// spun on it (a spin ended at once, the job being counted): 30,000-70,000 turns, each worker
+/// on a core as much as the scheduler allowed. The held job must still run once linked.
+func poolUntakeableScenario() {
+  #if DEBUG
+    let holdMilliseconds: Int32 = 300
+    let settleStart = monotonicNanoseconds()
+    while !PoolDiagnostics.isQuiet {
+      if monotonicNanoseconds() - settleStart > 20_000_000_000 { fail("the pool never went quiet") }
+      sched_yield()
+    }
+    let workers = RuntimeStats.current.poolThreads
+    let claimed = Atomic<Bool>(false)
+    let cpuDuringHold = Atomic<Int>(-1)  // Microseconds.
+    let holding = Atomic<Bool>(false)
+    let workerCPU = ScenarioLocked<[UInt64]>([])  // Each worker's CPU over the hold, largest first.
+    let turnsDuringHold = Atomic<Int>(0)  // Workers' loop turns (`takeJob` calls).
+    PoolProbe.setHook(for: [.take, .link]) { step in
+      if step == .take && holding.load(ordering: .relaxed) {
+        turnsDuringHold.wrappingAdd(1, ordering: .relaxed)
+      }
+      guard step == .link,
+        claimed.compareExchange(expected: false, desired: true, ordering: .sequentiallyConsistent)
+          .exchanged
+      else { return }
+      // Wake every worker (these pushes pass: the hook is claimed).
+      for _ in 0..<workers { Queue.global(.high).async {} }
+      let before = processCPUMicroseconds()
+      let workersBefore = workerCPUNanoseconds()
+      holding.store(true, ordering: .sequentiallyConsistent)
+      _ = poll(nil, 0, holdMilliseconds)  // The preemption this stands for.
+      holding.store(false, ordering: .sequentiallyConsistent)
+      cpuDuringHold.store(processCPUMicroseconds() - before, ordering: .sequentiallyConsistent)
+      let workersAfter = workerCPUNanoseconds()
+      let used = workersAfter.map { tid, after in after - (workersBefore[tid] ?? after) }
+      workerCPU.withLock { $0 = used.sorted(by: >) }
+    }
+    let ran = Semaphore(value: 0)
+    let producer = startScenarioThread { Queue.global(.default).async { ran.signal() } }
+    pthread_join(producer, nil)
+    PoolProbe.setHook(nil)
+    guard ran.wait(timeout: .now + .seconds(10)) == .success else {
+      fail("the held job never ran after its link")
+    }
+    let cpu = cpuDuringHold.load(ordering: .sequentiallyConsistent)
+    let cores = Double(cpu) / Double(holdMilliseconds) / 1_000
+    let turns = turnsDuringHold.load(ordering: .sequentiallyConsistent)
+    let perWorker = workerCPU.withLock { $0 }.map { Double($0) / 1e6 }
+    print(
+      "\(workers) workers, over the hold: CPU \(cpu) µs (\(cores) cores), \(turns) turns, "
+        + "worker CPU ms \(perWorker)")
+    // Waiting 200 µs per re-check, a worker goes round at most 1,500 times in 300 ms; going
+    // round at once, tens of thousands of times (as often as the scheduler lets it run).
+    if turns > 3_000 * workers { fail("\(turns) loop turns during the hold: workers spun") }
+    if cores > 1.25 { fail("idle workers used \(cores) cores on a job none could take") }
+  #else
+    print("skipped: release build (no pool probes)")
+  #endif
+}
+
+/// CPU time of each pool worker thread (`ld.worker.*`) by thread id, from `/proc`.
+func workerCPUNanoseconds() -> [Int32: UInt64] {
+  var result: [Int32: UInt64] = [:]
+  guard let directory = opendir("/proc/self/task") else { return result }
+  defer { closedir(directory) }
+  while let entry = readdir(directory) {
+    let name = withUnsafeBytes(of: entry.pointee.d_name) {
+      String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self)
+    }
+    guard let tid = Int32(name),
+      readProcFile("/proc/self/task/\(tid)/comm").hasPrefix("ld.worker"),
+      let field = readProcFile("/proc/self/task/\(tid)/schedstat").split(separator: " ").first,
+      let time = UInt64(field)
+    else { continue }
+    result[tid] = time
+  }
+  return result
+}
+
+private func readProcFile(_ path: String) -> String {
+  let fd = open(path, O_RDONLY)
+  guard fd >= 0 else { return "" }
+  defer { close(fd) }
+  var buffer = [UInt8](repeating: 0, count: 256)
+  let count = read(fd, &buffer, buffer.count)
+  return count > 0 ? String(decoding: buffer[..<count], as: UTF8.self) : ""
+}
+
+/// A value behind a mutex, for scenario threads.
+final class ScenarioLocked<Value: Sendable>: @unchecked Sendable {
+  // @unchecked Sendable: `value` is only touched under `mutex`.
+  private var value: Value
+  private var mutex = pthread_mutex_t()
+  init(_ value: Value) {
+    self.value = value
+    pthread_mutex_init(&mutex, nil)
+  }
+  func withLock<T>(_ body: (inout Value) -> T) -> T {
+    pthread_mutex_lock(&mutex)
+    defer { pthread_mutex_unlock(&mutex) }
+    return body(&value)
+  }
+}
+
+/// User plus system CPU time of the whole process, in microseconds.
+func processCPUMicroseconds() -> Int {
+  var usage = rusage()
+  getrusage(RUSAGE_SELF.rawValue, &usage)
+  return (usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1_000_000 + usage.ru_utime.tv_usec
+    + usage.ru_stime.tv_usec
+}
+
+/// Starts a plain thread (not a pool worker) running `body`.
+func startScenarioThread(_ body: @escaping @Sendable () -> Void) -> pthread_t {
+  let box = Unmanaged.passRetained(ScenarioThreadBody(body)).toOpaque()
+  var thread = pthread_t()
+  // Safe: the box is retained until the thread takes it back.
+  let result = pthread_create(
+    &thread, nil,
+    { raw in
+      Unmanaged<ScenarioThreadBody>.fromOpaque(raw!).takeRetainedValue().body()
+      return nil
+    }, box)
+  guard result == 0 else { fail("pthread_create: \(result)") }
+  return thread
+}
+
+final class ScenarioThreadBody: Sendable {
+  let body: @Sendable () -> Void
+  init(_ body: @escaping @Sendable () -> Void) { self.body = body }
 }

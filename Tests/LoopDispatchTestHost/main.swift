@@ -39,6 +39,7 @@ let scenarios: [String: () -> Void] = [
   "pool-strand-rounds": poolStrandRoundsScenario,
   "pool-strand-held": poolStrandHeldScenario,
   "pool-chaos": poolChaosScenario,
+  "pool-untakeable": poolUntakeableScenario,
 ]
 
 guard CommandLine.arguments.count == 2, let scenario = scenarios[CommandLine.arguments[1]] else {

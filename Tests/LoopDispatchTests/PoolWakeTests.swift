@@ -40,3 +40,15 @@ extension PoolWakeTests {
     #expect(result.output.contains("ok pool-chaos"), "\(result.output)")
   }
 }
+
+extension PoolWakeTests {
+  /// A job counted but not yet linked (its producer held between the two, as a preemption
+  /// would) does not make every idle worker spin on it: workers whose turn found it and took
+  /// nothing wait in the idle set, 200 µs at a time, instead of going round
+  /// (`pool-untakeable` in LoopDispatchTestHost; debug builds, release prints "skipped").
+  @Test func idleWorkersDoNotSpinOnAJobNobodyCanTake() {
+    let result = runProgram("LoopDispatchTestHost", ["pool-untakeable"])
+    #expect(result.status == 0, "\(result.output)\(result.errorOutput)")
+    #expect(result.output.contains("ok pool-untakeable"), "\(result.output)")
+  }
+}

@@ -34,7 +34,10 @@
 /// where noted): the run-next slot, the periodic injection check and retirement are left out;
 /// a tick rescues the local queue of a worker blocked in the kernel (the code: of a worker that
 /// started no job for a whole tick); a tick's wake is tried whenever work is queued (the code:
-/// also only when no job started during the tick). Queues are FIFO lists of job numbers.
+/// also only when no job started during the tick). A worker whose turn found counted work and
+/// took none skips its spin and waits up to 200 µs in its park's re-check (`Worker.park`):
+/// the model's jobs are linked when counted, so that path is never taken here, and its wait is
+/// bounded, so it cannot strand anything. Queues are FIFO lists of job numbers.
 struct PoolModel {
   /// Which protocol: the code before issue 30's fix, the code with its passing on of
   /// wake-ups, or the fixed code with one rule broken on purpose (to show that the checks

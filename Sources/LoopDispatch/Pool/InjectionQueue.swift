@@ -71,6 +71,7 @@ struct InjectionQueue: ~Copyable {
     // Sequentially consistent: the count is what `WorkerPool.park` reads after announcing
     // itself idle (Dekker); counted before the node can be taken (see the type's comment).
     pushed.wrappingAdd(1, ordering: .sequentiallyConsistent)
+    poolProbe(.link)
     // Acquiring and releasing: releases the node's contents to whoever follows the link,
     // and orders the link below after the swap.
     let previous = tail.exchange(node.nodeBits, ordering: .acquiringAndReleasing)

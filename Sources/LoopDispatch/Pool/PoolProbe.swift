@@ -7,6 +7,9 @@ import Synchronization
 package enum PoolStep: Int, Sendable {
   /// A submitter is about to publish a job (`WorkerPool.enqueue`, `submitBatch`).
   case submit
+  /// An injection push has counted its job and not yet linked it: workers see the job and
+  /// cannot take it (`InjectionQueue.push`).
+  case link
   /// A job is published; `notifyWork` is about to look for a searcher or a parked worker.
   case notify
   /// A spinning worker (counted in `searching`) is about to look at the queues once more.
@@ -42,8 +45,9 @@ func poolProbe(_ step: PoolStep) {
   package enum PoolProbe {
     /// Whether chaos mode is on. Atomic (relaxed: a switch, read at each step).
     private static let chaos = Atomic<Bool>(environmentSaysChaos())
-    /// Whether `hook` is set (checked first, so an unarmed step takes no lock).
-    private static let armed = Atomic<Bool>(false)
+    /// The steps `hook` is set for, one bit each (checked first, so another step takes no
+    /// lock and a test's hook does not slow the threads it watches).
+    private static let armed = Atomic<UInt32>(0)
     /// Protected by: its lock. Called at every step while armed, on the stepping thread.
     private static let hook = LockedValue<(@Sendable (PoolStep) -> Void)?>(nil)
     /// Perturbations made (yields and sleeps), for a test to see chaos mode at work.
@@ -54,16 +58,21 @@ func poolProbe(_ step: PoolStep) {
     /// Turns chaos mode on for the rest of the process.
     package static func enableChaos() { chaos.store(true, ordering: .relaxed) }
 
-    /// Installs (or, with nil, removes) the hook every step calls while set.
-    package static func setHook(_ newHook: (@Sendable (PoolStep) -> Void)?) {
+    /// Installs (or, with nil, removes) the hook that `steps` call while it is set.
+    package static func setHook(
+      for steps: [PoolStep] = [], _ newHook: (@Sendable (PoolStep) -> Void)?
+    ) {
       hook.withLock { $0 = newHook }
-      armed.store(newHook != nil, ordering: .sequentiallyConsistent)
+      let mask = steps.reduce(UInt32(0)) { $0 | 1 << UInt32($1.rawValue) }
+      armed.store(newHook == nil ? 0 : mask, ordering: .sequentiallyConsistent)
     }
 
     @inline(__always)
     static func reach(_ step: PoolStep) {
       if chaos.load(ordering: .relaxed) { perturb() }
-      guard armed.load(ordering: .relaxed), let hook = hook.withLock({ $0 }) else { return }
+      guard armed.load(ordering: .relaxed) & 1 << UInt32(step.rawValue) != 0,
+        let hook = hook.withLock({ $0 })
+      else { return }
       hook(step)
     }
 

@@ -55,6 +55,10 @@ final class Worker: @unchecked Sendable {
   var runningLane = 0
   /// Loop turns in a row that found queued work but took none (see `main`). Owner only.
   private var fruitlessTurns = 0
+  /// A spin or a park said work was queued, and the turn after it took none: what is
+  /// counted cannot be taken yet (a producer preempted between counting and linking its job,
+  /// a share holder or thief mid-move). Cleared by the next job taken. Owner only.
+  private var sawUntakeable = false
   /// The slot's contents the supervisor saw at its last tick. Supervisor only.
   var runNextSeen: UInt = 0
   /// Atomic. Jobs this worker started (written by the worker only; the supervisor reads it
@@ -134,6 +138,7 @@ final class Worker: @unchecked Sendable {
     while true {
       if let node = pool.takeJob(for: self) ?? pool.steal(for: self) {
         fruitlessTurns = 0
+        sawUntakeable = false
         if mayOweWake {
           mayOweWake = false
           pool.passOnWake()
@@ -149,7 +154,12 @@ final class Worker: @unchecked Sendable {
         sched_yield()
         fruitlessTurns = 0
       }
-      if spinForWork() {
+      // The last spin or park said work was queued and this turn took none. Spinning again
+      // would end at once (the job is still counted) and go round: with every idle worker
+      // doing that, idle spinning takes every core, the producer's among them. Park instead,
+      // where the re-check waits (`park`).
+      if mayOweWake { sawUntakeable = true }
+      if !sawUntakeable && spinForWork() {
         mayOweWake = true
         continue
       }
@@ -219,6 +229,14 @@ final class Worker: @unchecked Sendable {
     poolProbe(.park)
     // The Dekker re-check: work published before our announcement is seen here.
     if pool.hasQueuedWork() {
+      if sawUntakeable {
+        // What the re-check sees may be the job nobody could take a moment ago: going round
+        // at once would make every idle worker spin on it. Wait in the idle set instead, for
+        // a wake-up or at most `untakeableBackOffNanoseconds`: the producer's `notifyWork`
+        // follows its link and finds this worker's bit (or a searcher), so a job that becomes
+        // takeable does not wait for the timeout.
+        parkWord.wait(whileEqualTo: 1, timeoutNanoseconds: WorkerPool.untakeableBackOffNanoseconds)
+      }
       _ = pool.withdrawIdle(self)
       return true
     }

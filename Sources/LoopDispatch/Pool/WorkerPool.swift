@@ -54,6 +54,9 @@ final class WorkerPool: @unchecked Sendable {
   let spinLimit = 1_000
   /// The fewest checks of a spin (see `Worker.spinForWork`): a few microseconds here.
   static let spinFloor = 128
+  /// How long a parking worker whose re-checks keep finding work it cannot take waits in the
+  /// idle set before looking again (`Worker.park`).
+  static let untakeableBackOffNanoseconds: UInt64 = 200_000
   /// At most this many workers spin at once; the others park straight away, so idle
   /// spinning never takes more than one core from the threads producing work.
   let maximumSearchers = 1
