@@ -154,11 +154,12 @@ final class Worker: @unchecked Sendable {
         sched_yield()
         fruitlessTurns = 0
       }
-      // The last spin or park said work was queued and this turn took none. Spinning again
-      // would end at once (the job is still counted) and go round: with every idle worker
+      // The last spin or park said work was queued, this turn took none, and work is still
+      // counted. Spinning again would end at once and go round: with every idle worker
       // doing that, idle spinning takes every core, the producer's among them. Park instead,
-      // where the re-check waits (`park`).
-      if mayOweWake { sawUntakeable = true }
+      // where the re-check waits (`park`). (Work that another worker took first is not
+      // counted any more: then the worker spins as usual, ready for the next hand-off.)
+      if mayOweWake && !sawUntakeable && pool.hasQueuedWork() { sawUntakeable = true }
       if !sawUntakeable && spinForWork() {
         mayOweWake = true
         continue
