@@ -80,12 +80,14 @@ private final class StrandVerdicts: @unchecked Sendable {
   var j2TimedOut = false
 }
 
-/// A monotonic instant written once by a job, read after the round's semaphore.
-private final class StrandClock: @unchecked Sendable {
-  // @unchecked Sendable: written once before the round's semaphores are signalled (J1 writes
-  // its pipes after marking, S and J2 signal after reading them), read after the waits.
-  var nanoseconds: UInt64 = 0
-  func mark() { nanoseconds = monotonicNanoseconds() }
+/// A monotonic instant written once by a job, read after the round's semaphores.
+private final class StrandClock: Sendable {
+  /// Atomic: J1 marks it and then writes the pipes that S and J2 read before they signal;
+  /// a pipe is no happens-before edge that ThreadSanitizer sees, so the store and load are
+  /// atomic rather than plain.
+  private let value = Atomic<UInt64>(0)
+  func mark() { value.store(monotonicNanoseconds(), ordering: .sequentiallyConsistent) }
+  var nanoseconds: UInt64 { value.load(ordering: .sequentiallyConsistent) }
 }
 
 func monotonicNanoseconds() -> UInt64 {
