@@ -72,7 +72,7 @@ let package = Package(
     // Scenarios that must run on the process main thread (the main queue, runMain): the
     // LoopDispatch tests launch this program and check its output.
     .executableTarget(
-      name: "LoopDispatchTestHost", dependencies: ["LoopDispatch"],
+      name: "LoopDispatchTestHost", dependencies: ["LoopDispatch", "TestSupport"],
       path: "Tests/LoopDispatchTestHost", swiftSettings: strict),
     .testTarget(
       name: "LoopDispatchTests",

@@ -1,6 +1,7 @@
 import Glibc
 import LoopDispatch
 import Synchronization
+import TestSupport
 
 /// The pool under chaos mode (`PoolProbe`: random yields and short sleeps at every step of the
 /// wake-up protocol) with 32–64 workers on however few cores: every job must run, and none
@@ -55,7 +56,7 @@ func poolChaosScenario() {
       ChaosSubmitter(seed: UInt64(index) &* 0x9E37_79B9_7F4A_7C15 | 1, units: units / 2)
     }
     let threads = submitters.map { submitter in
-      startScenarioThread { submitter.run(chaos) }
+      startThread { submitter.run(chaos) }
     }
     for thread in threads { pthread_join(thread, nil) }
     if chaos.units.wait(timeout: .seconds(120)) != .success {

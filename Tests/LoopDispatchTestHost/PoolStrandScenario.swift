@@ -1,6 +1,7 @@
 import Glibc
 import LoopDispatch
 import Synchronization
+import TestSupport
 
 /// The stranding pattern of issue 30, many rounds, through the public API only.
 ///
@@ -211,7 +212,7 @@ func poolUntakeableScenario() {
     let claimed = Atomic<Bool>(false)
     let cpuDuringHold = Atomic<Int>(-1)  // Microseconds.
     let holding = Atomic<Bool>(false)
-    let workerCPU = ScenarioLocked<[UInt64]>([])  // Each worker's CPU over the hold, largest first.
+    let workerCPU = Locked<[UInt64]>([])  // Each worker's CPU over the hold, largest first.
     let turnsDuringHold = Atomic<Int>(0)  // Workers' loop turns (`takeJob` calls).
     PoolProbe.setHook(for: [.take, .link]) { step in
       if step == .take && holding.load(ordering: .relaxed) {
@@ -234,7 +235,7 @@ func poolUntakeableScenario() {
       workerCPU.withLock { $0 = used.sorted(by: >) }
     }
     let ran = Semaphore(value: 0)
-    let producer = startScenarioThread { Queue.global(.default).async { ran.signal() } }
+    let producer = startThread { Queue.global(.default).async { ran.signal() } }
     pthread_join(producer, nil)
     PoolProbe.setHook(nil)
     guard ran.wait(timeout: .now + .seconds(10)) == .success else {
@@ -284,46 +285,10 @@ private func readProcFile(_ path: String) -> String {
   return count > 0 ? String(decoding: buffer[..<count], as: UTF8.self) : ""
 }
 
-/// A value behind a mutex, for scenario threads.
-final class ScenarioLocked<Value: Sendable>: @unchecked Sendable {
-  // @unchecked Sendable: `value` is only touched under `mutex`.
-  private var value: Value
-  private var mutex = pthread_mutex_t()
-  init(_ value: Value) {
-    self.value = value
-    pthread_mutex_init(&mutex, nil)
-  }
-  func withLock<T>(_ body: (inout Value) -> T) -> T {
-    pthread_mutex_lock(&mutex)
-    defer { pthread_mutex_unlock(&mutex) }
-    return body(&value)
-  }
-}
-
 /// User plus system CPU time of the whole process, in microseconds.
 func processCPUMicroseconds() -> Int {
   var usage = rusage()
   getrusage(RUSAGE_SELF.rawValue, &usage)
   return (usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1_000_000 + usage.ru_utime.tv_usec
     + usage.ru_stime.tv_usec
-}
-
-/// Starts a plain thread (not a pool worker) running `body`.
-func startScenarioThread(_ body: @escaping @Sendable () -> Void) -> pthread_t {
-  let box = Unmanaged.passRetained(ScenarioThreadBody(body)).toOpaque()
-  var thread = pthread_t()
-  // Safe: the box is retained until the thread takes it back.
-  let result = pthread_create(
-    &thread, nil,
-    { raw in
-      Unmanaged<ScenarioThreadBody>.fromOpaque(raw!).takeRetainedValue().body()
-      return nil
-    }, box)
-  guard result == 0 else { fail("pthread_create: \(result)") }
-  return thread
-}
-
-final class ScenarioThreadBody: Sendable {
-  let body: @Sendable () -> Void
-  init(_ body: @escaping @Sendable () -> Void) { self.body = body }
 }
