@@ -174,7 +174,8 @@ public final class IOChannel: @unchecked Sendable {
 
   /// Reads `length` bytes (`Int.max` or a negative length: to the end of the file) at
   /// `offset` (random channels; ignored on streams), calling `handler` on `queue` as they
-  /// arrive and once with `done`.
+  /// arrive and once with `done`. A length of 0 is done at once (no bytes, no error), as in
+  /// libdispatch.
   public func read(
     offset: Int64 = 0, length: Int, queue: Queue, handler: @escaping ReadHandler
   ) {
@@ -185,7 +186,8 @@ public final class IOChannel: @unchecked Sendable {
   }
 
   /// Writes `data` at `offset` (random channels; ignored on streams), calling `handler` on
-  /// `queue` as it progresses and once with `done`.
+  /// `queue` as it progresses and once with `done`. Empty data is done at once (no error), as
+  /// in libdispatch.
   public func write(
     offset: Int64 = 0, data: Bytes, queue: Queue, handler: @escaping WriteHandler
   ) {
@@ -303,6 +305,13 @@ public final class IOChannel: @unchecked Sendable {
       // On a closed channel reads and writes fail; a barrier still waits its turn.
       if closed, !operation.isBarrier {
         fail(operation, ECANCELED)
+        return
+      }
+      // As libdispatch: a read of no bytes, or a write of none, is done at once (no data, no
+      // error), without waiting its turn; on a stream it would otherwise wait for readiness
+      // it has no use for and hold back every later operation.
+      if operation.isEmptyTransfer, failure == 0 {
+        fail(operation, 0)
         return
       }
       waiting.append(operation)
@@ -661,7 +670,7 @@ public final class IOChannel: @unchecked Sendable {
     complete(operation)
   }
 
-  /// Ends an operation that never started with `error`, counted like a finished one so the
+  /// Ends an operation that never started with `error` (0: an empty transfer), counted like a finished one so the
   /// barriers and the cleanup come after its handler.
   private func fail(_ operation: IOOperation, _ error: Int32) {
     operation.post(done: true, operation.pending, error)

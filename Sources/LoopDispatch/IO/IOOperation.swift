@@ -75,6 +75,15 @@ final class IOOperation: @unchecked Sendable {
     }
   }
 
+  /// Whether this is a read of no bytes or a write of none: done as soon as submitted.
+  var isEmptyTransfer: Bool {
+    switch direction {
+    case .read(let length): return length == 0
+    case .write(let data): return data.isEmpty
+    case .barrier: return false
+    }
+  }
+
   /// Whether this is a barrier.
   var isBarrier: Bool {
     if case .barrier = direction { return true }

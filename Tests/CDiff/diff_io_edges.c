@@ -1,0 +1,106 @@
+// dispatch_io's edge cases on streams (pipes and sockets): reads of no bytes and writes of
+// no data, which are done at once and hold nothing back. Each case runs alone, its handlers
+// on one serial queue, and the main thread waits for each handler call; both libraries must
+// print the same lines.
+#include "diff_compat.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+
+extern void *_Block_copy(const void *block);
+
+static dispatch_queue_t q;
+static dispatch_semaphore_t step;
+
+static void wait_step(void) {
+  if (dispatch_semaphore_wait(step, dispatch_time(DISPATCH_TIME_NOW, 10 * (int64_t)NSEC_PER_SEC))) {
+    printf("TIMED OUT\n");
+    exit(1);
+  }
+}
+
+// Prints each call and signals `step` after it.
+static dispatch_io_handler_t printing(const char *name) {
+  // Copied to the heap (returned from this function) and kept for the program's life.
+  return (dispatch_io_handler_t)_Block_copy(^(bool done, dispatch_data_t data, int error) {
+    const void *buffer = NULL;
+    size_t size = 0;
+    dispatch_data_t map = data ? dispatch_data_create_map(data, &buffer, &size) : NULL;
+    printf("%s: done %d, %s %zu \"%.*s\", error %d\n", name, done, data ? "data" : "NULL", size,
+           (int)size, (const char *)buffer, error);
+    if (map) dispatch_release(map);
+    dispatch_semaphore_signal(step);
+  });
+}
+
+static dispatch_io_t stream_channel(const char *name, int fd) {
+  return dispatch_io_create(DISPATCH_IO_STREAM, fd, q, ^(int error) {
+    printf("%s cleanup: error %d\n", name, error);
+    dispatch_semaphore_signal(step);
+  });
+}
+
+static void close_channel(dispatch_io_t channel) {
+  dispatch_io_close(channel, 0);
+  dispatch_release(channel);
+  wait_step();  // Its cleanup handler.
+}
+
+static dispatch_data_t text(const char *string) {
+  return dispatch_data_create(string, strlen(string), NULL, DISPATCH_DATA_DESTRUCTOR_DEFAULT);
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  q = dispatch_queue_create("io.edges", NULL);
+  step = dispatch_semaphore_create(0);
+
+  // 1. Zero-length operations on a pipe: done at once (empty data for a read, NULL for a
+  //    write, error 0), and the operations after them run.
+  int p[2];
+  pipe(p);
+  dispatch_io_t reader = stream_channel("pipe reader", p[0]);
+  dispatch_io_t writer = stream_channel("pipe writer", p[1]);
+  dispatch_io_read(reader, 0, 0, q, printing("pipe read 0"));
+  wait_step();
+  dispatch_io_write(writer, 0, dispatch_data_empty, q, printing("pipe write empty"));
+  wait_step();
+  dispatch_data_t hello = text("hello");
+  dispatch_io_write(writer, 0, hello, q, printing("pipe write after"));
+  dispatch_release(hello);
+  wait_step();
+  dispatch_io_read(reader, 0, 5, q, printing("pipe read after"));
+  wait_step();
+  close_channel(reader);
+  close_channel(writer);
+  dispatch_read(p[0], 0, q, ^(dispatch_data_t data, int error) {
+    printf("dispatch_read 0: %zu bytes, error %d\n", dispatch_data_get_size(data), error);
+    dispatch_semaphore_signal(step);
+  });
+  wait_step();
+  dispatch_write(p[1], dispatch_data_empty, q, ^(dispatch_data_t data, int error) {
+    printf("dispatch_write empty: %s, error %d\n", data ? "data" : "NULL", error);
+    dispatch_semaphore_signal(step);
+  });
+  wait_step();
+  close(p[0]);
+  close(p[1]);
+
+  //    The same on a socket.
+  int s[2];
+  socketpair(AF_UNIX, SOCK_STREAM, 0, s);
+  dispatch_io_t socket_channel = stream_channel("socket", s[0]);
+  dispatch_io_read(socket_channel, 0, 0, q, printing("socket read 0"));
+  wait_step();
+  dispatch_io_write(socket_channel, 0, dispatch_data_empty, q, printing("socket write empty"));
+  wait_step();
+  write(s[1], "xy", 2);
+  dispatch_io_read(socket_channel, 0, 2, q, printing("socket read after"));
+  wait_step();
+  close_channel(socket_channel);
+  close(s[0]);
+  close(s[1]);
+  return 0;
+}
