@@ -1,7 +1,8 @@
 // dispatch_io's edge cases on streams (pipes and sockets): reads of no bytes and writes of
-// no data, which are done at once and hold nothing back. Each case runs alone, its handlers
-// on one serial queue, and the main thread waits for each handler call; both libraries must
-// print the same lines.
+// no data, which are done at once and hold nothing back; a read error after some bytes,
+// which come first, apart from the error. Each case runs alone, its handlers on one serial
+// queue, and the main thread waits for each handler call; both libraries must print the
+// same lines.
 #include "diff_compat.h"
 
 #include <errno.h>
@@ -102,5 +103,29 @@ int main(void) {
   close_channel(socket_channel);
   close(s[0]);
   close(s[1]);
+
+  // 2. An error after some bytes: the socket's peer wrote "abc" and closed with bytes it had
+  //    not read, so a read gets "abc" and then ECONNRESET. The bytes come first without
+  //    done, then done with the error and no data (io.h); dispatch_read gets both at once.
+  for (int round = 0; round < 2; round++) {
+    socketpair(AF_UNIX, SOCK_STREAM, 0, s);
+    write(s[0], "unread", 6);
+    write(s[1], "abc", 3);
+    close(s[1]);
+    if (round == 0) {
+      socket_channel = stream_channel("reset socket", s[0]);
+      dispatch_io_read(socket_channel, 0, SIZE_MAX, q, printing("reset read"));
+      wait_step();
+      wait_step();
+      close_channel(socket_channel);
+    } else {
+      dispatch_read(s[0], 100, q, ^(dispatch_data_t data, int error) {
+        printf("dispatch_read reset: %zu bytes, error %d\n", dispatch_data_get_size(data), error);
+        dispatch_semaphore_signal(step);
+      });
+      wait_step();
+    }
+    close(s[0]);
+  }
   return 0;
 }

@@ -7,7 +7,8 @@ import MainLoop
 ///
 /// A read hands its handler the bytes as they arrive, in ``Bytes`` values between the water
 /// marks, then a last call with `done`; a write reports what is left to write, then `done`.
-/// Errors arrive as `errno` values in the handler, with `done`.
+/// Errors arrive as `errno` values in the handler, with `done` (and, for a read, no bytes:
+/// those read before the error come in the calls before it).
 ///
 /// Where the work happens: sockets, pipes and terminals are made non-blocking for the
 /// channel's life (their flags are restored at cleanup) and are read and written when the
@@ -51,7 +52,8 @@ public final class IOChannel: @unchecked Sendable {
 
   /// Called as a read progresses: `done` on the last call, `data` the bytes since the last
   /// call, `error` an `errno` value (0: none; with `done` and empty data at the end of the
-  /// file).
+  /// file). An error comes only on the last call, with no bytes: the bytes read before it
+  /// arrive in earlier calls without `done`, as in libdispatch.
   public typealias ReadHandler = @Sendable (_ done: Bool, _ data: Bytes, _ error: Int32) -> Void
   /// Called as a write progresses: `done` on the last call, `remaining` the bytes not yet
   /// written, `error` an `errno` value (0: none).
@@ -663,10 +665,17 @@ public final class IOChannel: @unchecked Sendable {
     }
   }
 
-  /// Ends `operation` with `error`: a read hands over what it holds, a write what is left.
+  /// Ends `operation` with `error` (never 0). A read hands over what it holds first, in calls
+  /// without `done`, then ends with the error and no bytes (io.h's contract, libdispatch's
+  /// order); a write ends with what is left to write.
   private func finish(_ operation: IOOperation, error: Int32) {
     guard !operation.finished else { return }
-    operation.post(done: true, operation.pending, error)
+    if case .read = operation.direction {
+      if !operation.pending.isEmpty { deliver(operation, done: false, all: true) }
+      operation.post(done: true, Bytes(), error)
+    } else {
+      operation.post(done: true, operation.pending, error)
+    }
     complete(operation)
   }
 
