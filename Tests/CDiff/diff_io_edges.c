@@ -1,8 +1,8 @@
 // dispatch_io's edge cases on streams (pipes and sockets): reads of no bytes and writes of
 // no data, which are done at once and hold nothing back; a read error after some bytes,
-// which come first, apart from the error. Each case runs alone, its handlers on one serial
-// queue, and the main thread waits for each handler call; both libraries must print the
-// same lines.
+// which come first, apart from the error; dispatch_read on a pipe, which ends with what is
+// there once it has some. Each case runs alone, its handlers on one serial queue, and the
+// main thread waits for each handler call; both libraries must print the same lines.
 #include "diff_compat.h"
 
 #include <errno.h>
@@ -127,5 +127,51 @@ int main(void) {
     }
     close(s[0]);
   }
+
+  // 3. dispatch_read on a pipe ends once a read finds nothing more after some bytes came:
+  //    with the bytes there (two writes made before it: 8 bytes), with no more than the
+  //    length (2 of 4; the other 2 stay for the next read), and, fed one 32-byte chunk after
+  //    each delivery, once per chunk. dispatch_io_read does not: it waits for its length (two
+  //    chunks, one written before it and one after: one call of 64 bytes at the default low
+  //    water mark).
+  pipe(p);
+  write(p[1], "aaaa", 4);
+  write(p[1], "bbbb", 4);
+  dispatch_read(p[0], 96, q, ^(dispatch_data_t data, int error) {
+    printf("dispatch_read after two writes: %zu bytes, error %d\n",
+           dispatch_data_get_size(data), error);
+    dispatch_semaphore_signal(step);
+  });
+  wait_step();
+  write(p[1], "cccc", 4);
+  for (int round = 0; round < 2; round++) {
+    dispatch_read(p[0], 2, q, ^(dispatch_data_t data, int error) {
+      printf("dispatch_read 2: %zu bytes, error %d\n", dispatch_data_get_size(data), error);
+      dispatch_semaphore_signal(step);
+    });
+    wait_step();
+  }
+  static const char chunk[] = "0123456789abcdef0123456789ABCDEF";
+  __block int deliveries = 0;
+  __block size_t delivered = 0;
+  while (delivered < 96) {
+    dispatch_read(p[0], 96 - delivered, q, ^(dispatch_data_t data, int error) {
+      deliveries++;
+      delivered += dispatch_data_get_size(data);
+      if (error) printf("dispatch_read chunk: error %d\n", error);
+      dispatch_semaphore_signal(step);
+    });
+    write(p[1], chunk, 32);
+    wait_step();
+  }
+  printf("dispatch_read fed 3 chunks: %d deliveries, %zu bytes\n", deliveries, delivered);
+  dispatch_io_t chunked = stream_channel("chunked pipe", p[0]);
+  write(p[1], chunk, 32);
+  dispatch_io_read(chunked, 0, 64, q, printing("dispatch_io_read 64"));
+  write(p[1], chunk, 32);
+  wait_step();
+  close_channel(chunked);
+  close(p[0]);
+  close(p[1]);
   return 0;
 }

@@ -3,8 +3,8 @@ import LoopDispatch
 import TestSupport
 import Testing
 
-/// `IOChannel` on streams at the edges libdispatch defines: transfers of no bytes, and a read
-/// error after some bytes. (Tests/CDiff/diff_io_edges.c compares the same cases with
+/// `IOChannel` on streams at the edges libdispatch defines: transfers of no bytes, a read
+/// error after some bytes, and a one-shot read of a pipe that holds less than asked. (Tests/CDiff/diff_io_edges.c compares the same cases with
 /// libdispatch through the C API.) Every wait has a deadline; no sleeps.
 @Suite struct IOChannelStreamEdgeTests {
   @Test func aReadOfNoBytesAndAWriteOfNoneAreDoneAtOnceAndHoldNothingBack() throws {
@@ -63,5 +63,25 @@ import Testing
     #expect(seen.map(\.1) == ["abc", ""])
     #expect(seen.map(\.2) == [0, ECONNRESET])
     channel.close()
+  }
+
+  @Test func aOneShotReadOfAPipeEndsWithWhatIsThereOnceItHasSome() throws {
+    var ends: [Int32] = [-1, -1]
+    #expect(pipe(&ends) == 0)
+    defer {
+      close(ends[0])
+      close(ends[1])
+    }
+    #expect(Glibc.write(ends[1], "aaaa", 4) == 4)
+    #expect(Glibc.write(ends[1], "bbbb", 4) == 4)
+    let result = Locked<(String, Int32)?>(nil)
+    let ended = Latch()
+    IOChannel.read(from: ends[0], length: 96, queue: Queue(label: "io.oneshot")) { data, error in
+      result.withLock { $0 = (String(decoding: data.array, as: UTF8.self), error) }
+      ended.open()
+    }
+    #expect(ended.wait(seconds: 30))
+    #expect(result.value?.0 == "aaaabbbb")
+    #expect(result.value?.1 == 0)
   }
 }

@@ -181,9 +181,19 @@ public final class IOChannel: @unchecked Sendable {
   public func read(
     offset: Int64 = 0, length: Int, queue: Queue, handler: @escaping ReadHandler
   ) {
+    read(offset: offset, length: length, endsWhenDrained: false, queue: queue, handler: handler)
+  }
+
+  /// `read(offset:length:queue:handler:)`, and with `endsWhenDrained` the one-shot read's
+  /// rule (``IOOperation/endsWhenDrained``).
+  private func read(
+    offset: Int64, length: Int, endsWhenDrained: Bool, queue: Queue,
+    handler: @escaping ReadHandler
+  ) {
     let operation = IOOperation(
       direction: .read(length: length < 0 ? Int.max : length), offset: offset, queue: queue,
       readHandler: handler, writeHandler: nil)
+    operation.endsWhenDrained = endsWhenDrained
     submit(operation)
   }
 
@@ -252,17 +262,22 @@ public final class IOChannel: @unchecked Sendable {
 
   // MARK: One-shot reads and writes (`dispatch_read`, `dispatch_write`)
 
-  /// Reads `length` bytes (`Int.max`: to the end of the file) from `fd` at its current
-  /// position and calls `handler` once on `queue` with all of them, or with what arrived
-  /// before an error and the error's `errno`. The handler runs after the channel has given
-  /// the descriptor back (its flags restored), so it may close it.
+  /// Reads up to `length` bytes (`Int.max`: to the end of the file) from `fd` at its current
+  /// position and calls `handler` once on `queue` with them, or with what arrived before an
+  /// error and the error's `errno`. A file is read to `length` or its end; a stream (a pipe,
+  /// a socket) until `length`, its end, or, as libdispatch's `dispatch_read`, the first time
+  /// a read finds nothing more after some bytes arrived: what is there now, not a full
+  /// `length`. The handler runs after the channel has given the descriptor back (its flags
+  /// restored), so it may close it.
   public static func read(
     from fd: Int32, length: Int, queue: Queue,
     handler: @escaping @Sendable (_ data: Bytes, _ error: Int32) -> Void
   ) {
     let (channel, outcome) = oneShot(fd: fd, queue: queue, handler: handler)
     channel.setLowWater(Int.max)
-    channel.read(length: length, queue: channel.control) { done, data, error in
+    channel.read(
+      offset: 0, length: length, endsWhenDrained: true, queue: channel.control
+    ) { done, data, error in
       // One call at a time, in order (the operation's handler queue is serial).
       outcome.collect(data)
       guard done else { return }
@@ -560,7 +575,8 @@ public final class IOChannel: @unchecked Sendable {
 
   /// One read of up to `want` bytes for `operation` with `call` (`read` or `pread`, retried
   /// on `EINTR`): new bytes go to `received`, an error or the end of the file ends the
-  /// operation. Returns how many bytes arrived: 0 for `EAGAIN` or an ended operation.
+  /// operation, and so does `EAGAIN` for a one-shot read that got bytes. Returns how many
+  /// bytes arrived: 0 for `EAGAIN` or an ended operation.
   private func readChunk(
     _ operation: IOOperation, want: Int, length: Int,
     _ call: (UnsafeMutableRawPointer?, Int) -> Int
@@ -574,7 +590,15 @@ public final class IOChannel: @unchecked Sendable {
       if got < 0 { error = errno }
       return Swift.max(got, 0)
     }
-    if error == EAGAIN || error == EWOULDBLOCK { return 0 }
+    if error == EAGAIN || error == EWOULDBLOCK {
+      // Drained: a one-shot read that got bytes ends with them (libdispatch completes a
+      // convenience read with available data on EAGAIN); any other read waits for more.
+      if operation.endsWhenDrained && operation.transferred > 0 {
+        deliver(operation, done: true, all: true)
+        complete(operation)
+      }
+      return 0
+    }
     if error != 0 {
       finish(operation, error: error)
       return 0

@@ -31,6 +31,10 @@ final class IOOperation: @unchecked Sendable {
   var filePosition: Int64 = -1
   /// A write: bytes written since the handler last heard (for the low water mark).
   var sinceReport = 0
+  /// A one-shot read (`IOChannel.read(from:length:queue:handler:)`): on a stream it ends as
+  /// soon as a read finds nothing more after some bytes arrived, as libdispatch's
+  /// `dispatch_read` does. Set before submission.
+  var endsWhenDrained = false
   /// Set once its `done` call is posted; nothing runs for it afterwards.
   var finished = false
   /// Readiness of the descriptor, while a stream operation waits for it.
