@@ -7,7 +7,8 @@ import MainLoop
 ///
 /// A read hands its handler the bytes as they arrive, in ``Bytes`` values between the water
 /// marks, then a last call with `done`; a write reports what is left to write, then `done`.
-/// Errors arrive as `errno` values in the handler, with `done`.
+/// Errors arrive as `errno` values in the handler, with `done` (and, for a read, no bytes:
+/// those read before the error come in the calls before it).
 ///
 /// Where the work happens: sockets, pipes and terminals are made non-blocking for the
 /// channel's life (their flags are restored at cleanup) and are read and written when the
@@ -51,7 +52,8 @@ public final class IOChannel: @unchecked Sendable {
 
   /// Called as a read progresses: `done` on the last call, `data` the bytes since the last
   /// call, `error` an `errno` value (0: none; with `done` and empty data at the end of the
-  /// file).
+  /// file). An error comes only on the last call, with no bytes: the bytes read before it
+  /// arrive in earlier calls without `done`, as in libdispatch.
   public typealias ReadHandler = @Sendable (_ done: Bool, _ data: Bytes, _ error: Int32) -> Void
   /// Called as a write progresses: `done` on the last call, `remaining` the bytes not yet
   /// written, `error` an `errno` value (0: none).
@@ -174,18 +176,30 @@ public final class IOChannel: @unchecked Sendable {
 
   /// Reads `length` bytes (`Int.max` or a negative length: to the end of the file) at
   /// `offset` (random channels; ignored on streams), calling `handler` on `queue` as they
-  /// arrive and once with `done`.
+  /// arrive and once with `done`. A length of 0 is done at once (no bytes, no error), as in
+  /// libdispatch.
   public func read(
     offset: Int64 = 0, length: Int, queue: Queue, handler: @escaping ReadHandler
+  ) {
+    read(offset: offset, length: length, endsWhenDrained: false, queue: queue, handler: handler)
+  }
+
+  /// `read(offset:length:queue:handler:)`, and with `endsWhenDrained` the one-shot read's
+  /// rule (``IOOperation/endsWhenDrained``).
+  private func read(
+    offset: Int64, length: Int, endsWhenDrained: Bool, queue: Queue,
+    handler: @escaping ReadHandler
   ) {
     let operation = IOOperation(
       direction: .read(length: length < 0 ? Int.max : length), offset: offset, queue: queue,
       readHandler: handler, writeHandler: nil)
+    operation.endsWhenDrained = endsWhenDrained
     submit(operation)
   }
 
   /// Writes `data` at `offset` (random channels; ignored on streams), calling `handler` on
-  /// `queue` as it progresses and once with `done`.
+  /// `queue` as it progresses and once with `done`. Empty data is done at once (no error), as
+  /// in libdispatch.
   public func write(
     offset: Int64 = 0, data: Bytes, queue: Queue, handler: @escaping WriteHandler
   ) {
@@ -248,17 +262,22 @@ public final class IOChannel: @unchecked Sendable {
 
   // MARK: One-shot reads and writes (`dispatch_read`, `dispatch_write`)
 
-  /// Reads `length` bytes (`Int.max`: to the end of the file) from `fd` at its current
-  /// position and calls `handler` once on `queue` with all of them, or with what arrived
-  /// before an error and the error's `errno`. The handler runs after the channel has given
-  /// the descriptor back (its flags restored), so it may close it.
+  /// Reads up to `length` bytes (`Int.max`: to the end of the file) from `fd` at its current
+  /// position and calls `handler` once on `queue` with them, or with what arrived before an
+  /// error and the error's `errno`. A file is read to `length` or its end; a stream (a pipe,
+  /// a socket) until `length`, its end, or, as libdispatch's `dispatch_read`, the first time
+  /// a read finds nothing more after some bytes arrived: what is there now, not a full
+  /// `length`. The handler runs after the channel has given the descriptor back (its flags
+  /// restored), so it may close it.
   public static func read(
     from fd: Int32, length: Int, queue: Queue,
     handler: @escaping @Sendable (_ data: Bytes, _ error: Int32) -> Void
   ) {
     let (channel, outcome) = oneShot(fd: fd, queue: queue, handler: handler)
     channel.setLowWater(Int.max)
-    channel.read(length: length, queue: channel.control) { done, data, error in
+    channel.read(
+      offset: 0, length: length, endsWhenDrained: true, queue: channel.control
+    ) { done, data, error in
       // One call at a time, in order (the operation's handler queue is serial).
       outcome.collect(data)
       guard done else { return }
@@ -303,6 +322,13 @@ public final class IOChannel: @unchecked Sendable {
       // On a closed channel reads and writes fail; a barrier still waits its turn.
       if closed, !operation.isBarrier {
         fail(operation, ECANCELED)
+        return
+      }
+      // As libdispatch: a read of no bytes, or a write of none, is done at once (no data, no
+      // error), without waiting its turn; on a stream it would otherwise wait for readiness
+      // it has no use for and hold back every later operation.
+      if operation.isEmptyTransfer, failure == 0 {
+        fail(operation, 0)
         return
       }
       waiting.append(operation)
@@ -549,7 +575,8 @@ public final class IOChannel: @unchecked Sendable {
 
   /// One read of up to `want` bytes for `operation` with `call` (`read` or `pread`, retried
   /// on `EINTR`): new bytes go to `received`, an error or the end of the file ends the
-  /// operation. Returns how many bytes arrived: 0 for `EAGAIN` or an ended operation.
+  /// operation, and so does `EAGAIN` for a one-shot read that got bytes. Returns how many
+  /// bytes arrived: 0 for `EAGAIN` or an ended operation.
   private func readChunk(
     _ operation: IOOperation, want: Int, length: Int,
     _ call: (UnsafeMutableRawPointer?, Int) -> Int
@@ -563,7 +590,15 @@ public final class IOChannel: @unchecked Sendable {
       if got < 0 { error = errno }
       return Swift.max(got, 0)
     }
-    if error == EAGAIN || error == EWOULDBLOCK { return 0 }
+    if error == EAGAIN || error == EWOULDBLOCK {
+      // Drained: a one-shot read that got bytes ends with them (libdispatch completes a
+      // convenience read with available data on EAGAIN); any other read waits for more.
+      if operation.endsWhenDrained && operation.transferred > 0 {
+        deliver(operation, done: true, all: true)
+        complete(operation)
+      }
+      return 0
+    }
     if error != 0 {
       finish(operation, error: error)
       return 0
@@ -654,14 +689,21 @@ public final class IOChannel: @unchecked Sendable {
     }
   }
 
-  /// Ends `operation` with `error`: a read hands over what it holds, a write what is left.
+  /// Ends `operation` with `error` (never 0). A read hands over what it holds first, in calls
+  /// without `done`, then ends with the error and no bytes (io.h's contract, libdispatch's
+  /// order); a write ends with what is left to write.
   private func finish(_ operation: IOOperation, error: Int32) {
     guard !operation.finished else { return }
-    operation.post(done: true, operation.pending, error)
+    if case .read = operation.direction {
+      if !operation.pending.isEmpty { deliver(operation, done: false, all: true) }
+      operation.post(done: true, Bytes(), error)
+    } else {
+      operation.post(done: true, operation.pending, error)
+    }
     complete(operation)
   }
 
-  /// Ends an operation that never started with `error`, counted like a finished one so the
+  /// Ends an operation that never started with `error` (0: an empty transfer), counted like a finished one so the
   /// barriers and the cleanup come after its handler.
   private func fail(_ operation: IOOperation, _ error: Int32) {
     operation.post(done: true, operation.pending, error)

@@ -31,6 +31,10 @@ final class IOOperation: @unchecked Sendable {
   var filePosition: Int64 = -1
   /// A write: bytes written since the handler last heard (for the low water mark).
   var sinceReport = 0
+  /// A one-shot read (`IOChannel.read(from:length:queue:handler:)`): on a stream it ends as
+  /// soon as a read finds nothing more after some bytes arrived, as libdispatch's
+  /// `dispatch_read` does. Set before submission.
+  var endsWhenDrained = false
   /// Set once its `done` call is posted; nothing runs for it afterwards.
   var finished = false
   /// Readiness of the descriptor, while a stream operation waits for it.
@@ -72,6 +76,15 @@ final class IOOperation: @unchecked Sendable {
       queue.async { readHandler(done, data, error) }
     } else if let writeHandler {
       queue.async { writeHandler(done, data, error) }
+    }
+  }
+
+  /// Whether this is a read of no bytes or a write of none: done as soon as submitted.
+  var isEmptyTransfer: Bool {
+    switch direction {
+    case .read(let length): return length == 0
+    case .write(let data): return data.isEmpty
+    case .barrier: return false
     }
   }
 
