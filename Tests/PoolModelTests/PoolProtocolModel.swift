@@ -77,8 +77,9 @@ struct PoolModel {
 /// Fields, in order (none crosses a word): the queues (2 injection, then 3 workers × 2 lanes
 /// local), 4 slots each of 3 bits (job + 1, 0 empty, oldest first); per thread `pc` (6 bits),
 /// `ret` (6: where `notifyWork` returns), `arg` (2: the worker being woken), `job` (3: the
-/// running job + 1, 0 none), `flags` (bit 0 unused, bit 1: may owe a wake); then `searching`
-/// (2), the idle bits, the park words, the supervisor's word, and the jobs that have run.
+/// running job + 1, 0 none), `flags` (bit 0: the take notified, bit 1: may owe a wake); then
+/// `searching` (2), the idle bits, the park words, the supervisor's word, and the jobs that
+/// have run.
 struct ModelState: Hashable {
   private var words = SIMD4<UInt64>()
 
@@ -192,6 +193,7 @@ struct ModelState: Hashable {
     let flags = get(Self.threadField(thread, 4))
     set(Self.threadField(thread, 4), on ? flags | UInt64(bit) : flags & ~UInt64(bit))
   }
+  static let notifiedInTake: UInt8 = 1
   static let mayOweWake: UInt8 = 2
 
   // Shared words.
@@ -291,7 +293,12 @@ extension PoolModel {
         if !state.isEmpty(shared) {
           next.setJob(thread, next.pop(shared))
           // `takeFromInjection`'s chained wake when jobs are left behind.
-          if !next.isEmpty(shared) { notify(then: .got) } else { goto(.got) }
+          if !next.isEmpty(shared) {
+            next.setFlag(thread, ModelState.notifiedInTake, true)
+            notify(then: .got)
+          } else {
+            goto(.got)
+          }
           return [next]
         }
       }
@@ -307,7 +314,12 @@ extension PoolModel {
           let taking = (state.count(from) + 1) / 2
           next.setJob(thread, next.pop(from))
           for _ in 1..<taking { next.push(next.pop(from), into) }
-          if !next.isEmpty(into) || !next.isEmpty(from) { notify(then: .got) } else { goto(.got) }
+          if !next.isEmpty(into) || !next.isEmpty(from) {
+            next.setFlag(thread, ModelState.notifiedInTake, true)
+            notify(then: .got)
+          } else {
+            goto(.got)
+          }
           return [next]
         }
       }
@@ -348,10 +360,13 @@ extension PoolModel {
       guard state.parkWord(thread) == 0 else { return [] }
       goto(.withdrawLate)
     case .got:
-      // `passOnWake` (fixed protocol): the scan, and `notifyWork` if it found work.
+      // `passOnWake` (fixed protocol): the scan, and `notifyWork` if it found work, unless
+      // the take made its own `notifyWork`.
       let owes = state.flag(thread, ModelState.mayOweWake)
+      let notified = state.flag(thread, ModelState.notifiedInTake)
       next.setFlag(thread, ModelState.mayOweWake, false)
-      if protocolVersion != .original && owes && state.anyQueued {
+      next.setFlag(thread, ModelState.notifiedInTake, false)
+      if protocolVersion != .original && owes && !notified && state.anyQueued {
         notify(then: .run)
       } else {
         goto(.run)

@@ -53,6 +53,10 @@ final class Worker: @unchecked Sendable {
   /// go to its own queues then). Read by `WorkerPool.enqueue` on the worker's own thread
   /// only. Owner only.
   var runningLane = 0
+  /// The take or steal that gave the worker its job ran `notifyWork` itself (jobs were left
+  /// behind), after the worker left its search or park: that discharges the wake it may owe,
+  /// and `passOnWake` is skipped (see `main`). Owner only.
+  var notifiedInTake = false
   /// Loop turns in a row that found queued work but took none (see `main`). Owner only.
   private var fruitlessTurns = 0
   /// A spin or a park said work was queued, and the turn after it took none: what is
@@ -136,12 +140,15 @@ final class Worker: @unchecked Sendable {
     // once it has its job.
     var mayOweWake = false
     while true {
+      notifiedInTake = false
       if let node = pool.takeJob(for: self) ?? pool.steal(for: self) {
         fruitlessTurns = 0
         sawUntakeable = false
         if mayOweWake {
           mayOweWake = false
-          pool.passOnWake()
+          // A `notifyWork` made by the take itself, after the search or park ended, is the
+          // one this would make (rules 3 and 4 ask for one, whoever it reaches).
+          if !notifiedInTake { pool.passOnWake() }
         }
         run(node)
         continue

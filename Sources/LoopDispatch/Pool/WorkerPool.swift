@@ -293,7 +293,10 @@ final class WorkerPool: @unchecked Sendable {
       staged += 1
     }
     if staged > 0 { local.pointee.publishStaged(staged) }
-    if first != nil && (staged > 0 || injection[lane].count > 0) { notifyWork() }
+    if first != nil && (staged > 0 || injection[lane].count > 0) {
+      worker.notifiedInTake = true
+      notifyWork()
+    }
     return first
   }
 
@@ -311,7 +314,10 @@ final class WorkerPool: @unchecked Sendable {
               let node = victim.local[lane].steal(into: thief.local[lane])
             else { return nil }
             // More than one taken, or more left behind: let another worker help.
-            if !thief.local[lane].isEmpty || !victim.local[lane].isEmpty { notifyWork() }
+            if !thief.local[lane].isEmpty || !victim.local[lane].isEmpty {
+              thief.notifiedInTake = true
+              notifyWork()
+            }
             return node
           }
         if let stolen { return stolen }
