@@ -140,6 +140,8 @@ public final class IOChannel: @unchecked Sendable {
       failure = EBADF
       return
     }
+    failure = IOChannel.unusable(kind: kind, mode: status.st_mode)
+    if failure != 0 { return }
     if kind == .random {
       baseOffset = lseek(fd, 0, SEEK_CUR)
       if baseOffset < 0 { baseOffset = 0 }
@@ -155,6 +157,29 @@ public final class IOChannel: @unchecked Sendable {
     guard path.hasPrefix("/") else { return nil }
     self.init(
       kind: kind, origin: .path(path, flags: flags, mode: mode), queue: queue, cleanup: cleanup)
+    // As libdispatch: the path's file type is checked at creation (before any operation),
+    // the file opened at the first operation.
+    control.async { [self] in checkPath(path, flags: flags) }
+  }
+
+  /// Why a channel of `kind` cannot use a file of type `mode`, as libdispatch's
+  /// `_dispatch_io_validate_type`: a random channel on a pipe, FIFO or socket cannot seek
+  /// (ESPIPE). 0: it can.
+  private static func unusable(kind: Kind, mode: mode_t) -> Int32 {
+    let type = mode & S_IFMT
+    if kind == .random && (type == S_IFIFO || type == S_IFSOCK) { return ESPIPE }
+    return 0
+  }
+
+  /// A path channel's check at creation (on `control`): a file that is there must be of a
+  /// type the channel can use. One that is not there is left to the open at the first
+  /// operation.
+  private func checkPath(_ path: String, flags: Int32) {
+    var status = stat()
+    let found =
+      flags & O_NOFOLLOW != 0 ? lstat(path, &status) == 0 : stat(path, &status) == 0
+    guard found, failure == 0 else { return }
+    failure = IOChannel.unusable(kind: kind, mode: status.st_mode)
   }
 
   /// A channel over the descriptor of `other` (which keeps it: the new channel never closes
@@ -407,6 +432,7 @@ public final class IOChannel: @unchecked Sendable {
   private func prepare() {
     guard !prepared else { return }
     prepared = true
+    guard failure == 0 else { return }  // Found unusable at creation.
     switch origin {
     case .descriptor:
       break

@@ -1,0 +1,88 @@
+// dispatch_io's answers where the channel cannot do what is asked: the error each read and
+// each cleanup handler gets. Each case runs alone, its handlers on one serial queue; the main
+// thread waits for the read's last call and for the cleanup, then prints what both got, so
+// the lines do not depend on which came first. Both libraries must print the same lines.
+#include "diff_compat.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+static dispatch_queue_t q;
+static dispatch_semaphore_t step;
+static char directory[64];
+static int cleanup_error;
+
+static void wait_step(void) {
+  if (dispatch_semaphore_wait(step, dispatch_time(DISPATCH_TIME_NOW, 10 * (int64_t)NSEC_PER_SEC))) {
+    printf("TIMED OUT\n");
+    exit(1);
+  }
+}
+
+// A cleanup handler that records its error and signals `step`.
+static void (^recording)(int) = ^(int error) {
+  cleanup_error = error;
+  dispatch_semaphore_signal(step);
+};
+
+// Reads 4 bytes from `channel` (NULL: says so), closes and releases it, and prints the read's
+// last call and the cleanup's error.
+static void read_and_close(const char *name, dispatch_io_t channel) {
+  if (!channel) {
+    printf("%s: NULL channel\n", name);
+    return;
+  }
+  __block int read_error = -1;
+  __block int got_data = -1;
+  dispatch_io_read(channel, 0, 4, q, ^(bool done, dispatch_data_t data, int error) {
+    if (!done) return;
+    read_error = error;
+    got_data = data != NULL;
+    dispatch_semaphore_signal(step);
+  });
+  dispatch_io_close(channel, 0);
+  dispatch_release(channel);
+  wait_step();
+  wait_step();
+  printf("%s: read ends with %s, error %d; cleanup error %d\n", name,
+         got_data ? "data" : "NULL", read_error, cleanup_error);
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  q = dispatch_queue_create("io.answers", NULL);
+  step = dispatch_semaphore_create(0);
+  snprintf(directory, sizeof directory, "/tmp/diff_io_answers.%d", (int)getpid());
+  mkdir(directory, 0700);
+  char fifo[96];
+  snprintf(fifo, sizeof fifo, "%s/fifo", directory);
+  mkfifo(fifo, 0600);
+
+  // 1. A random channel cannot seek a pipe, a socket or a FIFO: ESPIPE, for a descriptor and
+  //    for a path. A stream channel on the same pipe is fine.
+  int pipe_fds[2];
+  pipe(pipe_fds);
+  read_and_close("random pipe",
+                 dispatch_io_create(DISPATCH_IO_RANDOM, pipe_fds[0], q, recording));
+  int sockets[2];
+  socketpair(AF_UNIX, SOCK_STREAM, 0, sockets);
+  read_and_close("random socket",
+                 dispatch_io_create(DISPATCH_IO_RANDOM, sockets[0], q, recording));
+  read_and_close("random FIFO path",
+                 dispatch_io_create_with_path(DISPATCH_IO_RANDOM, fifo, O_RDONLY | O_NONBLOCK, 0,
+                                              q, recording));
+  write(pipe_fds[1], "abcd", 4);
+  read_and_close("stream pipe",
+                 dispatch_io_create(DISPATCH_IO_STREAM, pipe_fds[0], q, recording));
+  close(pipe_fds[0]);
+  close(pipe_fds[1]);
+  close(sockets[0]);
+  close(sockets[1]);
+
+  unlink(fifo);
+  rmdir(directory);
+  return 0;
+}
