@@ -82,6 +82,18 @@ int main(void) {
   close(sockets[0]);
   close(sockets[1]);
 
+  // 2. No channel reads a directory: EISDIR, for a descriptor (stream or random) and for a
+  //    path.
+  int directory_fd = open(directory, O_RDONLY | O_DIRECTORY);
+  read_and_close("stream directory",
+                 dispatch_io_create(DISPATCH_IO_STREAM, directory_fd, q, recording));
+  read_and_close("random directory",
+                 dispatch_io_create(DISPATCH_IO_RANDOM, directory_fd, q, recording));
+  read_and_close("directory path",
+                 dispatch_io_create_with_path(DISPATCH_IO_STREAM, directory, O_RDONLY, 0, q,
+                                              recording));
+  close(directory_fd);
+
   unlink(fifo);
   rmdir(directory);
   return 0;

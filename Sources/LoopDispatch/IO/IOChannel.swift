@@ -163,10 +163,11 @@ public final class IOChannel: @unchecked Sendable {
   }
 
   /// Why a channel of `kind` cannot use a file of type `mode`, as libdispatch's
-  /// `_dispatch_io_validate_type`: a random channel on a pipe, FIFO or socket cannot seek
-  /// (ESPIPE). 0: it can.
+  /// `_dispatch_io_validate_type`: no channel reads or writes a directory (EISDIR), and a
+  /// random channel on a pipe, FIFO or socket cannot seek (ESPIPE). 0: it can.
   private static func unusable(kind: Kind, mode: mode_t) -> Int32 {
     let type = mode & S_IFMT
+    if type == S_IFDIR { return EISDIR }
     if kind == .random && (type == S_IFIFO || type == S_IFSOCK) { return ESPIPE }
     return 0
   }
