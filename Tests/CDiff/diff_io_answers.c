@@ -77,10 +77,6 @@ int main(void) {
   write(pipe_fds[1], "abcd", 4);
   read_and_close("stream pipe",
                  dispatch_io_create(DISPATCH_IO_STREAM, pipe_fds[0], q, recording));
-  close(pipe_fds[0]);
-  close(pipe_fds[1]);
-  close(sockets[0]);
-  close(sockets[1]);
 
   // 2. No channel reads a directory: EISDIR, for a descriptor (stream or random) and for a
   //    path.
@@ -92,8 +88,32 @@ int main(void) {
   read_and_close("directory path",
                  dispatch_io_create_with_path(DISPATCH_IO_STREAM, directory, O_RDONLY, 0, q,
                                               recording));
-  close(directory_fd);
 
+  // 3. dispatch_suspend, dispatch_resume and dispatch_activate do nothing to a channel: a
+  //    read on a suspended channel still runs, and resuming more often than suspending is
+  //    no error.
+  char file[96];
+  snprintf(file, sizeof file, "%s/file", directory);
+  int file_fd = open(file, O_RDWR | O_CREAT | O_TRUNC, 0600);
+  write(file_fd, "abcdefgh", 8);
+  dispatch_io_t channel = dispatch_io_create(DISPATCH_IO_RANDOM, file_fd, q, recording);
+  dispatch_suspend(channel);
+  dispatch_activate(channel);
+  read_and_close("suspended channel", channel);
+  channel = dispatch_io_create(DISPATCH_IO_RANDOM, file_fd, q, recording);
+  dispatch_resume(channel);
+  dispatch_resume(channel);
+  read_and_close("resumed channel", channel);
+
+  // Closed only now: libdispatch keeps its record of a descriptor (and its error) for a
+  // while after a channel's cleanup, so a number reused at once could inherit it.
+  close(pipe_fds[0]);
+  close(pipe_fds[1]);
+  close(sockets[0]);
+  close(sockets[1]);
+  close(directory_fd);
+  close(file_fd);
+  unlink(file);
   unlink(fifo);
   rmdir(directory);
   return 0;
