@@ -105,6 +105,34 @@ int main(void) {
   dispatch_resume(channel);
   read_and_close("resumed channel", channel);
 
+  // 4. The water marks keep low <= high: a high mark set below the low one lowers the low
+  //    one to it, a low mark set above the high one raises the high one to it (io.h). A read
+  //    of 250 bytes of a file then comes in 30s, or in 100s.
+  char bytes[300];
+  memset(bytes, 'x', sizeof bytes);
+  pwrite(file_fd, bytes, sizeof bytes, 0);
+  for (int order = 0; order < 2; order++) {
+    dispatch_io_t marked = dispatch_io_create(DISPATCH_IO_RANDOM, file_fd, q, recording);
+    if (order == 0) {
+      dispatch_io_set_low_water(marked, 100);
+      dispatch_io_set_high_water(marked, 30);
+    } else {
+      dispatch_io_set_high_water(marked, 30);
+      dispatch_io_set_low_water(marked, 100);
+    }
+    printf("%s:", order == 0 ? "high 30 after low 100" : "low 100 after high 30");
+    dispatch_io_read(marked, 0, 250, q, ^(bool done, dispatch_data_t data, int error) {
+      printf(" %zu%s", data ? dispatch_data_get_size(data) : 0, done ? " done" : "");
+      if (!done) return;
+      printf(", error %d\n", error);
+      dispatch_semaphore_signal(step);
+    });
+    dispatch_io_close(marked, 0);
+    dispatch_release(marked);
+    wait_step();
+    wait_step();
+  }
+
   // Closed only now: libdispatch keeps its record of a descriptor (and its error) for a
   // while after a channel's cleanup, so a number reused at once could inherit it.
   close(pipe_fds[0]);

@@ -269,14 +269,24 @@ public final class IOChannel: @unchecked Sendable {
     return control.sync { failure == 0 ? fd : -1 }
   }
 
-  /// The fewest bytes a read hands its handler at a time (except its last call).
+  /// The fewest bytes a read hands its handler at a time (except its last call). A high
+  /// water mark below it is raised to it (io.h; libdispatch's `dispatch_io_set_low_water`).
   public func setLowWater(_ bytes: Int) {
-    control.async { [self] in lowWater = Swift.max(bytes, 0) }
+    control.async { [self] in
+      let low = Swift.max(bytes, 0)
+      if highWater < low { highWater = Swift.max(low, 1) }
+      lowWater = low
+    }
   }
 
-  /// The most bytes a read hands its handler at a time.
+  /// The most bytes a read hands its handler at a time. A low water mark above it is lowered
+  /// to it (io.h; libdispatch's `dispatch_io_set_high_water`).
   public func setHighWater(_ bytes: Int) {
-    control.async { [self] in highWater = Swift.max(bytes, 1) }
+    control.async { [self] in
+      let high = Swift.max(bytes, 0)
+      if let lowWater, lowWater > high { self.lowWater = high }
+      highWater = Swift.max(high, 1)
+    }
   }
 
   /// Calls read handlers with what arrived at least every `interval`, whatever the low
