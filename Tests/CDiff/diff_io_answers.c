@@ -51,6 +51,41 @@ static void read_and_close(const char *name, dispatch_io_t channel) {
          got_data ? "data" : "NULL", read_error, cleanup_error);
 }
 
+// Makes a channel on `fd`, closes it first if `close_first`, makes a second one from it and
+// reads 4 bytes with the second; prints the read's end and both cleanups' errors once all
+// three have come (libdispatch runs the first channel's cleanup after the second's is done
+// with the descriptor).
+static void from_channel(const char *name, int fd, bool close_first) {
+  __block int original_error = -1;
+  __block int derived_error = -1;
+  __block int read_error = -1;
+  __block int got_data = -1;
+  dispatch_io_t original = dispatch_io_create(DISPATCH_IO_RANDOM, fd, q, ^(int error) {
+    original_error = error;
+    dispatch_semaphore_signal(step);
+  });
+  if (close_first) dispatch_io_close(original, 0);
+  dispatch_io_t derived = dispatch_io_create_with_io(DISPATCH_IO_RANDOM, original, q, ^(int error) {
+    derived_error = error;
+    dispatch_semaphore_signal(step);
+  });
+  dispatch_io_read(derived, 0, 4, q, ^(bool done, dispatch_data_t data, int error) {
+    if (!done) return;
+    read_error = error;
+    got_data = data != NULL;
+    dispatch_semaphore_signal(step);
+  });
+  dispatch_io_close(derived, 0);
+  dispatch_release(derived);
+  dispatch_io_close(original, 0);
+  dispatch_release(original);
+  wait_step();
+  wait_step();
+  wait_step();
+  printf("%s: read ends with %s, error %d; cleanup error %d; the first's cleanup error %d\n",
+         name, got_data ? "data" : "NULL", read_error, derived_error, original_error);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   q = dispatch_queue_create("io.answers", NULL);
@@ -132,6 +167,11 @@ int main(void) {
     wait_step();
     wait_step();
   }
+
+  // 5. A channel made from a closed channel is cancelled: ECANCELED. One made from an open
+  //    channel reads.
+  from_channel("from an open channel", file_fd, false);
+  from_channel("from a closed channel", file_fd, true);
 
   // Closed only now: libdispatch keeps its record of a descriptor (and its error) for a
   // while after a channel's cleanup, so a number reused at once could inherit it.

@@ -184,12 +184,30 @@ public final class IOChannel: @unchecked Sendable {
   }
 
   /// A channel over the descriptor of `other` (which keeps it: the new channel never closes
-  /// it).
+  /// it). If `other` was closed before this call, the new channel is unusable: its
+  /// operations and its cleanup handler get `ECANCELED`, as in libdispatch.
   public convenience init(
     kind: Kind, sharing other: IOChannel, queue: Queue = .global(),
     cleanup: (@Sendable (_ error: Int32) -> Void)? = nil
   ) {
     self.init(kind: kind, origin: .channel(other), queue: queue, cleanup: cleanup)
+    // As libdispatch: the other channel is asked in its queue's order, so a close called
+    // before this counts and one called after does not. Closed: this one is unusable from
+    // creation, with ECANCELED; else it takes the descriptor now. `control` stays suspended
+    // until then, so no operation starts first.
+    control.suspend()
+    other.control.async { [self] in
+      // Written off `control`, safe: it is suspended with nothing running, and its resume
+      // publishes these writes to the blocks it runs next.
+      if other.closed {
+        failure = ECANCELED
+      } else {
+        other.prepare()
+        (fd, baseOffset) = (other.failure == 0 ? other.fd : -1, other.baseOffset)
+        if fd < 0 { failure = EBADF }
+      }
+      control.resume()
+    }
   }
 
   deinit {
@@ -454,19 +472,10 @@ public final class IOChannel: @unchecked Sendable {
         return
       }
       fd = opened
-    case .channel(let other):
-      // The other channel's descriptor, if it still has it (a channel that gave it back
-      // has fd -1 and a failure): asked on its queue, unless this runs there already.
-      // A random channel counts offsets from the other channel's starting position.
-      let ask = { () -> (Int32, off_t) in
-        other.prepare()
-        return (other.failure == 0 ? other.fd : -1, other.baseOffset)
-      }
-      (fd, baseOffset) = other.control.isCurrent ? ask() : other.control.sync(execute: ask)
-      if fd < 0 {
-        failure = EBADF
-        return
-      }
+    case .channel:
+      // The other channel's descriptor (and, for a random channel, its starting position)
+      // was taken at creation.
+      break
     }
     guard failure == 0 else { return }
     var status = stat()
