@@ -51,6 +51,18 @@ static void read_and_close(const char *name, dispatch_io_t channel) {
          got_data ? "data" : "NULL", read_error, cleanup_error);
 }
 
+// Waits up to 5 seconds for the cleanup of `channel`, not used yet, prints whether it came
+// and its error, then closes and releases the channel (and waits for a late cleanup).
+static void cleanup_at_creation(const char *name, dispatch_io_t channel) {
+  bool came = !dispatch_semaphore_wait(step, dispatch_time(DISPATCH_TIME_NOW,
+                                                           5 * (int64_t)NSEC_PER_SEC));
+  printf("%s: cleanup before any use or close: %s, error %d\n", name, came ? "yes" : "no",
+         came ? cleanup_error : 0);
+  dispatch_io_close(channel, 0);
+  dispatch_release(channel);
+  if (!came) wait_step();
+}
+
 // Makes a channel on `fd`, closes it first if `close_first`, makes a second one from it and
 // reads 4 bytes with the second; prints the read's end and both cleanups' errors once all
 // three have come (libdispatch runs the first channel's cleanup after the second's is done
@@ -172,6 +184,30 @@ int main(void) {
   //    channel reads.
   from_channel("from an open channel", file_fd, false);
   from_channel("from a closed channel", file_fd, true);
+
+  // 6. A channel that cannot be used gives up at creation: its cleanup handler runs before
+  //    any use or close (waited for here, generously), with the error.
+  char missing[96];
+  snprintf(missing, sizeof missing, "%s/missing", directory);
+  cleanup_at_creation("bad descriptor", dispatch_io_create(DISPATCH_IO_STREAM, 999, q, recording));
+  cleanup_at_creation("missing path", dispatch_io_create_with_path(DISPATCH_IO_STREAM, missing,
+                                                                   O_RDONLY, 0, q, recording));
+  cleanup_at_creation("random pipe", dispatch_io_create(DISPATCH_IO_RANDOM, pipe_fds[0], q,
+                                                        recording));
+  cleanup_at_creation("directory path", dispatch_io_create_with_path(DISPATCH_IO_STREAM,
+                                                                     directory, O_RDONLY, 0, q,
+                                                                     recording));
+  dispatch_io_t closed = dispatch_io_create(DISPATCH_IO_STREAM, file_fd, q, recording);
+  dispatch_io_close(closed, 0);
+  wait_step();  // Its cleanup.
+  cleanup_at_creation("from a closed channel",
+                      dispatch_io_create_with_io(DISPATCH_IO_STREAM, closed, q, recording));
+  dispatch_release(closed);
+  // A missing path that O_CREAT may create is no error (the file is made at the first use).
+  read_and_close("missing path with O_CREAT",
+                 dispatch_io_create_with_path(DISPATCH_IO_STREAM, missing, O_RDWR | O_CREAT,
+                                              0600, q, recording));
+  unlink(missing);
 
   // Closed only now: libdispatch keeps its record of a descriptor (and its error) for a
   // while after a channel's cleanup, so a number reused at once could inherit it.

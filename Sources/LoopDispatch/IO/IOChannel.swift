@@ -23,8 +23,10 @@ import MainLoop
 /// - ``close(stop:)``: operations submitted afterwards fail with `ECANCELED`; with `stop`,
 ///   so do the ones not finished.
 /// - The cleanup handler runs once, when the channel no longer uses the descriptor: after it
-///   is closed (or released) and its last operation has finished. A channel made from a path
-///   opens the file at its first operation and closes it before the cleanup handler runs.
+///   is closed (or released) and its last operation has finished, or soon after creation
+///   for a channel that cannot be used (a bad descriptor, a missing path, a directory). A
+///   channel made from a path opens the file at its first operation and closes it before
+///   the cleanup handler runs.
 ///
 /// ```swift
 /// let channel = IOChannel(kind: .stream, fd: pipeReadEnd, cleanup: { _ in close(pipeReadEnd) })
@@ -131,17 +133,17 @@ public final class IOChannel: @unchecked Sendable {
   ) {
     self.init(kind: kind, origin: .descriptor(fd), queue: queue, cleanup: cleanup)
     self.fd = fd
-    // As libdispatch: a descriptor that is not open fails every operation with EBADF (and
-    // the cleanup handler gets EBADF), rather than the creation. The channel gives the
-    // descriptor up at its first operation (or its close), before reporting that
-    // operation's failure.
+    // As libdispatch: a descriptor that is not open (EBADF), or of a type the channel cannot
+    // use, fails every operation rather than the creation, and the channel gives it up at
+    // once: the cleanup handler is submitted now, with the error.
     var status = stat()
-    if fd < 0 || fstat(fd, &status) != 0 {
-      failure = EBADF
+    failure =
+      fd < 0 || fstat(fd, &status) != 0
+      ? EBADF : IOChannel.unusable(kind: kind, mode: status.st_mode)
+    if failure != 0 {
+      control.async { [self] in giveUpIfUnusable() }
       return
     }
-    failure = IOChannel.unusable(kind: kind, mode: status.st_mode)
-    if failure != 0 { return }
     if kind == .random {
       baseOffset = lseek(fd, 0, SEEK_CUR)
       if baseOffset < 0 { baseOffset = 0 }
@@ -157,9 +159,19 @@ public final class IOChannel: @unchecked Sendable {
     guard path.hasPrefix("/") else { return nil }
     self.init(
       kind: kind, origin: .path(path, flags: flags, mode: mode), queue: queue, cleanup: cleanup)
-    // As libdispatch: the path's file type is checked at creation (before any operation),
-    // the file opened at the first operation.
-    control.async { [self] in checkPath(path, flags: flags) }
+    // As libdispatch: the path is checked at creation (before any operation), the file
+    // opened at the first operation.
+    control.async { [self] in
+      checkPath(path, flags: flags)
+      giveUpIfUnusable()
+    }
+  }
+
+  /// A channel found unusable at creation gives up at once, as libdispatch's, which submits
+  /// the cleanup handler then: operations still fail with the error, but no later than
+  /// creation does the handler learn it.
+  private func giveUpIfUnusable() {
+    if failure != 0 && !cleanedUp { finishCleanup() }
   }
 
   /// Why a channel of `kind` cannot use a file of type `mode`, as libdispatch's
@@ -172,14 +184,25 @@ public final class IOChannel: @unchecked Sendable {
     return 0
   }
 
-  /// A path channel's check at creation (on `control`): a file that is there must be of a
-  /// type the channel can use. One that is not there is left to the open at the first
-  /// operation.
+  /// A path channel's check at creation (on `control`), as libdispatch's: a file that is
+  /// there must be of a type the channel can use; one that is not there is an error
+  /// (stat's) unless `O_CREAT` may create it (its directory exists).
   private func checkPath(_ path: String, flags: Int32) {
     var status = stat()
     let found =
       flags & O_NOFOLLOW != 0 ? lstat(path, &status) == 0 : stat(path, &status) == 0
-    guard found, failure == 0 else { return }
+    guard failure == 0 else { return }
+    guard found else {
+      let error = errno
+      if flags & O_CREAT != 0, !path.hasSuffix("/"),
+        let slash = path.lastIndex(of: "/"),
+        stat(String(path[..<slash]), &status) == 0
+      {
+        return
+      }
+      failure = error
+      return
+    }
     failure = IOChannel.unusable(kind: kind, mode: status.st_mode)
   }
 
@@ -206,6 +229,7 @@ public final class IOChannel: @unchecked Sendable {
         (fd, baseOffset) = (other.failure == 0 ? other.fd : -1, other.baseOffset)
         if fd < 0 { failure = EBADF }
       }
+      giveUpIfUnusable()
       control.resume()
     }
   }
