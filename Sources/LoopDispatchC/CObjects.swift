@@ -237,11 +237,16 @@ public func cDispatchSetFinalizerF(
   }
 }
 
+// dispatch_activate, dispatch_suspend and dispatch_resume act on queues and sources only; on
+// any other dispatch object (a channel, a group, a semaphore, data) they do nothing, as in
+// libdispatch, which checks for the queue cluster and returns otherwise.
+
 @_cdecl("dispatch_activate")
 public func cDispatchActivate(_ object: UnsafeMutableRawPointer?) {
   switch CHandle.object(nonNull(object, "dispatch_activate")) {
   case let queue as Queue: queue.activate()
   case let source as CSource: source.activateFromC()
+  case is CObjectBase: return
   default: wrongKind("dispatch_activate", "a queue or source")
   }
 }
@@ -251,6 +256,7 @@ public func cDispatchSuspend(_ object: UnsafeMutableRawPointer?) {
   switch CHandle.object(nonNull(object, "dispatch_suspend")) {
   case let queue as Queue: queue.suspend()
   case let source as CSource: source.source.suspend()
+  case is CObjectBase: return
   default: wrongKind("dispatch_suspend", "a queue or source")
   }
 }
@@ -266,6 +272,7 @@ public func cDispatchResume(_ object: UnsafeMutableRawPointer?) {
     } else {
       source.source.resume()
     }
+  case is CObjectBase: return
   default: wrongKind("dispatch_resume", "a queue or source")
   }
 }

@@ -23,8 +23,10 @@ import MainLoop
 /// - ``close(stop:)``: operations submitted afterwards fail with `ECANCELED`; with `stop`,
 ///   so do the ones not finished.
 /// - The cleanup handler runs once, when the channel no longer uses the descriptor: after it
-///   is closed (or released) and its last operation has finished. A channel made from a path
-///   opens the file at its first operation and closes it before the cleanup handler runs.
+///   is closed (or released) and its last operation has finished, or soon after creation
+///   for a channel that cannot be used (a bad descriptor, a missing path, a directory). A
+///   channel made from a path opens the file at its first operation and closes it before
+///   the cleanup handler runs.
 ///
 /// ```swift
 /// let channel = IOChannel(kind: .stream, fd: pipeReadEnd, cleanup: { _ in close(pipeReadEnd) })
@@ -131,13 +133,15 @@ public final class IOChannel: @unchecked Sendable {
   ) {
     self.init(kind: kind, origin: .descriptor(fd), queue: queue, cleanup: cleanup)
     self.fd = fd
-    // As libdispatch: a descriptor that is not open fails every operation with EBADF (and
-    // the cleanup handler gets EBADF), rather than the creation. The channel gives the
-    // descriptor up at its first operation (or its close), before reporting that
-    // operation's failure.
+    // As libdispatch: a descriptor that is not open (EBADF), or of a type the channel cannot
+    // use, fails every operation rather than the creation, and the channel gives it up at
+    // once: the cleanup handler is submitted now, with the error.
     var status = stat()
-    if fd < 0 || fstat(fd, &status) != 0 {
-      failure = EBADF
+    failure =
+      fd < 0 || fstat(fd, &status) != 0
+      ? EBADF : IOChannel.unusable(kind: kind, mode: status.st_mode)
+    if failure != 0 {
+      control.async { [self] in giveUpIfUnusable() }
       return
     }
     if kind == .random {
@@ -155,15 +159,79 @@ public final class IOChannel: @unchecked Sendable {
     guard path.hasPrefix("/") else { return nil }
     self.init(
       kind: kind, origin: .path(path, flags: flags, mode: mode), queue: queue, cleanup: cleanup)
+    // As libdispatch: the path is checked at creation (before any operation), the file
+    // opened at the first operation.
+    control.async { [self] in
+      checkPath(path, flags: flags)
+      giveUpIfUnusable()
+    }
+  }
+
+  /// A channel found unusable at creation gives up at once, as libdispatch's, which submits
+  /// the cleanup handler then: operations still fail with the error, but no later than
+  /// creation does the handler learn it.
+  private func giveUpIfUnusable() {
+    if failure != 0 && !cleanedUp { finishCleanup() }
+  }
+
+  /// Why a channel of `kind` cannot use a file of type `mode`, as libdispatch's
+  /// `_dispatch_io_validate_type`: no channel reads or writes a directory (EISDIR), and a
+  /// random channel on a pipe, FIFO or socket cannot seek (ESPIPE). 0: it can.
+  private static func unusable(kind: Kind, mode: mode_t) -> Int32 {
+    let type = mode & S_IFMT
+    if type == S_IFDIR { return EISDIR }
+    if kind == .random && (type == S_IFIFO || type == S_IFSOCK) { return ESPIPE }
+    return 0
+  }
+
+  /// A path channel's check at creation (on `control`), as libdispatch's: a file that is
+  /// there must be of a type the channel can use; one that is not there is an error
+  /// (stat's) unless `O_CREAT` may create it (its directory exists).
+  private func checkPath(_ path: String, flags: Int32) {
+    var status = stat()
+    let found =
+      flags & O_NOFOLLOW != 0 ? lstat(path, &status) == 0 : stat(path, &status) == 0
+    guard failure == 0 else { return }
+    guard found else {
+      let error = errno
+      if flags & O_CREAT != 0, !path.hasSuffix("/"),
+        let slash = path.lastIndex(of: "/"),
+        stat(String(path[..<slash]), &status) == 0
+      {
+        return
+      }
+      failure = error
+      return
+    }
+    failure = IOChannel.unusable(kind: kind, mode: status.st_mode)
   }
 
   /// A channel over the descriptor of `other` (which keeps it: the new channel never closes
-  /// it).
+  /// it). If `other` was closed before this call, the new channel is unusable: its
+  /// operations and its cleanup handler get `ECANCELED`, as in libdispatch.
   public convenience init(
     kind: Kind, sharing other: IOChannel, queue: Queue = .global(),
     cleanup: (@Sendable (_ error: Int32) -> Void)? = nil
   ) {
     self.init(kind: kind, origin: .channel(other), queue: queue, cleanup: cleanup)
+    // As libdispatch: the other channel is asked in its queue's order, so a close called
+    // before this counts and one called after does not. Closed: this one is unusable from
+    // creation, with ECANCELED; else it takes the descriptor now. `control` stays suspended
+    // until then, so no operation starts first.
+    control.suspend()
+    other.control.async { [self] in
+      // Written off `control`, safe: it is suspended with nothing running, and its resume
+      // publishes these writes to the blocks it runs next.
+      if other.closed {
+        failure = ECANCELED
+      } else {
+        other.prepare()
+        (fd, baseOffset) = (other.failure == 0 ? other.fd : -1, other.baseOffset)
+        if fd < 0 { failure = EBADF }
+      }
+      giveUpIfUnusable()
+      control.resume()
+    }
   }
 
   deinit {
@@ -243,14 +311,24 @@ public final class IOChannel: @unchecked Sendable {
     return control.sync { failure == 0 ? fd : -1 }
   }
 
-  /// The fewest bytes a read hands its handler at a time (except its last call).
+  /// The fewest bytes a read hands its handler at a time (except its last call). A high
+  /// water mark below it is raised to it (io.h; libdispatch's `dispatch_io_set_low_water`).
   public func setLowWater(_ bytes: Int) {
-    control.async { [self] in lowWater = Swift.max(bytes, 0) }
+    control.async { [self] in
+      let low = Swift.max(bytes, 0)
+      if highWater < low { highWater = Swift.max(low, 1) }
+      lowWater = low
+    }
   }
 
-  /// The most bytes a read hands its handler at a time.
+  /// The most bytes a read hands its handler at a time. A low water mark above it is lowered
+  /// to it (io.h; libdispatch's `dispatch_io_set_high_water`).
   public func setHighWater(_ bytes: Int) {
-    control.async { [self] in highWater = Swift.max(bytes, 1) }
+    control.async { [self] in
+      let high = Swift.max(bytes, 0)
+      if let lowWater, lowWater > high { self.lowWater = high }
+      highWater = Swift.max(high, 1)
+    }
   }
 
   /// Calls read handlers with what arrived at least every `interval`, whatever the low
@@ -407,6 +485,7 @@ public final class IOChannel: @unchecked Sendable {
   private func prepare() {
     guard !prepared else { return }
     prepared = true
+    guard failure == 0 else { return }  // Found unusable at creation.
     switch origin {
     case .descriptor:
       break
@@ -417,19 +496,10 @@ public final class IOChannel: @unchecked Sendable {
         return
       }
       fd = opened
-    case .channel(let other):
-      // The other channel's descriptor, if it still has it (a channel that gave it back
-      // has fd -1 and a failure): asked on its queue, unless this runs there already.
-      // A random channel counts offsets from the other channel's starting position.
-      let ask = { () -> (Int32, off_t) in
-        other.prepare()
-        return (other.failure == 0 ? other.fd : -1, other.baseOffset)
-      }
-      (fd, baseOffset) = other.control.isCurrent ? ask() : other.control.sync(execute: ask)
-      if fd < 0 {
-        failure = EBADF
-        return
-      }
+    case .channel:
+      // The other channel's descriptor (and, for a random channel, its starting position)
+      // was taken at creation.
+      break
     }
     guard failure == 0 else { return }
     var status = stat()
