@@ -165,7 +165,9 @@ final class Worker: @unchecked Sendable {
       // counted. Spinning again would end at once and go round: with every idle worker
       // doing that, idle spinning takes every core, the producer's among them. Park instead,
       // where the re-check waits (`park`). (Work that another worker took first is not
-      // counted any more: then the worker spins as usual, ready for the next hand-off.)
+      // counted any more: then the worker spins as usual, ready for the next hand-off. A
+      // worker holding a slot job that had to wait for a higher lane does not park at all,
+      // and still goes round with only the `sched_yield` above, as before.)
       if mayOweWake && !sawUntakeable && pool.hasQueuedWork() { sawUntakeable = true }
       if !sawUntakeable && spinForWork() {
         mayOweWake = true
@@ -241,8 +243,9 @@ final class Worker: @unchecked Sendable {
         // What the re-check sees may be the job nobody could take a moment ago: going round
         // at once would make every idle worker spin on it. Wait in the idle set instead, for
         // a wake-up or at most `untakeableBackOffNanoseconds`: the producer's `notifyWork`
-        // follows its link and finds this worker's bit (or a searcher), so a job that becomes
-        // takeable does not wait for the timeout.
+        // follows its link and finds a searcher or a parked worker's bit (this one's, or one
+        // that is woken instead), so a job that becomes takeable does not wait for the
+        // timeout.
         parkWord.wait(whileEqualTo: 1, timeoutNanoseconds: WorkerPool.untakeableBackOffNanoseconds)
       }
       _ = pool.withdrawIdle(self)

@@ -479,15 +479,19 @@ package enum PoolDiagnostics {
     WorkerPool.shared.refusedSpawns.load(ordering: .relaxed)
   }
 
-  /// Whether the pool is quiet: every plain worker parked and the supervisor asleep without
-  /// a timeout (nothing will wake either until work is submitted). Starts the pool.
+  /// Whether the pool looks quiet: every plain worker's idle bit set, no job queued, and the
+  /// supervisor's word saying it sleeps without a timeout. A snapshot: a worker between its
+  /// announcement and its re-check, or in its 200 µs back-off, counts as parked, and the
+  /// supervisor's word is set during its own re-check; a test polls it until it holds, and
+  /// nothing then wakes either side until work is submitted. Starts the pool.
   package static var isQuiet: Bool {
     let pool = WorkerPool.shared
     var parked = 0
     for word in 0..<pool.idleWordCount {
       parked += pool.idleWords[word].load(ordering: .sequentiallyConsistent).nonzeroBitCount
     }
-    return pool.supervisor.isAsleep && parked == pool.state.withLock { $0.threads }
+    return pool.supervisor.isAsleep && !pool.hasQueuedWork()
+      && parked == pool.state.withLock { $0.threads }
   }
 }
 
