@@ -3,36 +3,11 @@
 // STOP, a path channel, a bad descriptor, and the descriptor's flags restored at cleanup.
 // Each case runs alone, its handlers on one serial queue, and the main thread waits for it;
 // both libraries must print the same lines.
-#include "diff_compat.h"
+#include "diff_io_common.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-
-extern void *_Block_copy(const void *block);
-
-static dispatch_queue_t q;
-static dispatch_semaphore_t step;
-
-static void wait_step(void) {
-  if (dispatch_semaphore_wait(step, dispatch_time(DISPATCH_TIME_NOW, 10 * (int64_t)NSEC_PER_SEC))) {
-    printf("TIMED OUT\n");
-    exit(1);
-  }
-}
-
-static dispatch_io_handler_t printing(const char *name, bool signal_each) {
-  // Copied to the heap (returned from this function) and kept for the program's life.
-  return (dispatch_io_handler_t)_Block_copy(^(bool done, dispatch_data_t data, int error) {
-    const void *buffer = NULL;
-    size_t size = 0;
-    dispatch_data_t map = data ? dispatch_data_create_map(data, &buffer, &size) : NULL;
-    printf("%s: done %d, %s %zu \"%.*s\", error %d\n", name, done, data ? "data" : "NULL", size,
-           (int)size, (const char *)buffer, error);
-    if (map) dispatch_release(map);
-    if (done || signal_each) dispatch_semaphore_signal(step);
-  });
-}
 
 // The error a cleanup handler got, for the cases whose cleanup may run before or after the
 // failed operation's handler (libdispatch gives the descriptor up at once, on its own queue
@@ -65,7 +40,7 @@ int main(void) {
     dispatch_semaphore_signal(step);
   });
   dispatch_io_set_low_water(channel, 1);
-  dispatch_io_read(channel, 0, SIZE_MAX, q, printing("low water 1", true));
+  dispatch_io_read(channel, 0, SIZE_MAX, q, printing_calls("low water 1", true));
   write(p[1], "hello", 5);
   wait_step();
   SAY("non-blocking during", "%d", (fcntl(reader, F_GETFL) & O_NONBLOCK) != 0);
@@ -81,7 +56,7 @@ int main(void) {
   // 2. No low water mark: the bytes are held until the end of the file.
   pipe(p);
   channel = dispatch_io_create(DISPATCH_IO_STREAM, p[0], q, ^(int error) { cleanup_says("held", error); });
-  dispatch_io_read(channel, 0, SIZE_MAX, q, printing("held", false));
+  dispatch_io_read(channel, 0, SIZE_MAX, q, printing_calls("held", false));
   write(p[1], "abc", 3);
   write(p[1], "defg", 4);
   close(p[1]);
@@ -97,10 +72,10 @@ int main(void) {
   dispatch_io_set_low_water(channel, 1);
   dispatch_io_set_high_water(channel, 3);
   write(p[1], "0123456789", 10);
-  dispatch_io_read(channel, 0, 7, q, printing("length 7, high water 3", false));
+  dispatch_io_read(channel, 0, 7, q, printing_calls("length 7, high water 3", false));
   wait_step();
   // The rest is still in the pipe for the next read.
-  dispatch_io_read(channel, 0, 3, q, printing("next 3", false));
+  dispatch_io_read(channel, 0, 3, q, printing_calls("next 3", false));
   wait_step();
   dispatch_io_close(channel, 0);
   dispatch_release(channel);
@@ -114,7 +89,7 @@ int main(void) {
   write(file, "...", 3);  // The channel's offsets start at the position when it is made.
   channel = dispatch_io_create(DISPATCH_IO_RANDOM, file, q, ^(int error) { cleanup_says("file", error); });
   dispatch_data_t digits = dispatch_data_create("0123456789", 10, NULL, DISPATCH_DATA_DESTRUCTOR_DEFAULT);
-  dispatch_io_write(channel, 0, digits, q, printing("file write", false));
+  dispatch_io_write(channel, 0, digits, q, printing_calls("file write", false));
   // The barrier runs after the write: the bytes are in the file. (Whether the write's
   // handler has run by then varies between runs of libdispatch: not printed.)
   __block int barrier_saw = -1;
@@ -123,11 +98,11 @@ int main(void) {
     barrier_saw = dispatch_io_get_descriptor(channel) == file;
     pread(file, written, 10, 3);
   });
-  dispatch_io_read(channel, 3, 4, q, printing("file read at 3", false));
+  dispatch_io_read(channel, 3, 4, q, printing_calls("file read at 3", false));
   wait_step();
   wait_step();
   SAY("barrier: descriptor is the file", "%d, saw \"%s\"", barrier_saw, written);
-  dispatch_io_read(channel, 8, 100, q, printing("file read past the end", false));
+  dispatch_io_read(channel, 8, 100, q, printing_calls("file read past the end", false));
   wait_step();
   dispatch_io_close(channel, 0);
   dispatch_release(channel);
@@ -141,7 +116,7 @@ int main(void) {
   channel = dispatch_io_create_with_path(DISPATCH_IO_STREAM, path, O_RDONLY, 0, q, ^(int error) {
     cleanup_says("path", error);
   });
-  dispatch_io_read(channel, 0, SIZE_MAX, q, printing("path read", false));
+  dispatch_io_read(channel, 0, SIZE_MAX, q, printing_calls("path read", false));
   wait_step();
   dispatch_io_close(channel, 0);
   dispatch_release(channel);
@@ -151,7 +126,7 @@ int main(void) {
   dispatch_io_t missing = dispatch_io_create_with_path(DISPATCH_IO_STREAM, "/nonexistent/diff_io", O_RDONLY, 0, q, ^(int error) {
     cleanup_records(error);
   });
-  dispatch_io_read(missing, 0, 10, q, printing("missing read", false));
+  dispatch_io_read(missing, 0, 10, q, printing_calls("missing read", false));
   wait_step();
   dispatch_io_close(missing, 0);
   dispatch_release(missing);
@@ -162,11 +137,11 @@ int main(void) {
   // 6. Closed: later operations fail with ECANCELED. STOP ends the running ones.
   pipe(p);
   channel = dispatch_io_create(DISPATCH_IO_STREAM, p[0], q, ^(int error) { cleanup_says("stopped", error); });
-  dispatch_io_read(channel, 0, 10, q, printing("stopped read", false));
+  dispatch_io_read(channel, 0, 10, q, printing_calls("stopped read", false));
   dispatch_io_close(channel, DISPATCH_IO_STOP);
   wait_step();
   wait_step();
-  dispatch_io_read(channel, 0, 10, q, printing("read after close", false));
+  dispatch_io_read(channel, 0, 10, q, printing_calls("read after close", false));
   wait_step();
   dispatch_release(channel);
   close(p[0]);
@@ -174,7 +149,7 @@ int main(void) {
 
   // 7. A bad descriptor: every operation fails with EBADF, and so does the cleanup.
   channel = dispatch_io_create(DISPATCH_IO_STREAM, 999, q, ^(int error) { cleanup_records(error); });
-  dispatch_io_read(channel, 0, 10, q, printing("bad read", false));
+  dispatch_io_read(channel, 0, 10, q, printing_calls("bad read", false));
   wait_step();
   dispatch_io_close(channel, 0);
   dispatch_release(channel);
@@ -199,7 +174,7 @@ int main(void) {
   pipe(p);
   close(p[0]);
   channel = dispatch_io_create(DISPATCH_IO_STREAM, p[1], q, ^(int error) { cleanup_says("epipe", error); });
-  dispatch_io_write(channel, 0, digits, q, printing("write to a closed pipe", false));
+  dispatch_io_write(channel, 0, digits, q, printing_calls("write to a closed pipe", false));
   wait_step();
   dispatch_io_close(channel, 0);
   dispatch_release(channel);

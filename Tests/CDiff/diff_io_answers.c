@@ -2,7 +2,7 @@
 // each cleanup handler gets. Each case runs alone, its handlers on one serial queue; the main
 // thread waits for the read's last call and for the cleanup, then prints what both got, so
 // the lines do not depend on which came first. Both libraries must print the same lines.
-#include "diff_compat.h"
+#include "diff_io_common.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -10,17 +10,8 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
-static dispatch_queue_t q;
-static dispatch_semaphore_t step;
 static char directory[64];
 static int cleanup_error;
-
-static void wait_step(void) {
-  if (dispatch_semaphore_wait(step, dispatch_time(DISPATCH_TIME_NOW, 10 * (int64_t)NSEC_PER_SEC))) {
-    printf("TIMED OUT\n");
-    exit(1);
-  }
-}
 
 // A cleanup handler that records its error and signals `step`.
 static void (^recording)(int) = ^(int error) {

@@ -3,38 +3,15 @@
 // which come first, apart from the error; dispatch_read on a pipe, which ends with what is
 // there once it has some. Each case runs alone, its handlers on one serial queue, and the
 // main thread waits for each handler call; both libraries must print the same lines.
-#include "diff_compat.h"
+#include "diff_io_common.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/socket.h>
 
-extern void *_Block_copy(const void *block);
-
-static dispatch_queue_t q;
-static dispatch_semaphore_t step;
-
-static void wait_step(void) {
-  if (dispatch_semaphore_wait(step, dispatch_time(DISPATCH_TIME_NOW, 10 * (int64_t)NSEC_PER_SEC))) {
-    printf("TIMED OUT\n");
-    exit(1);
-  }
-}
-
 // Prints each call and signals `step` after it.
-static dispatch_io_handler_t printing(const char *name) {
-  // Copied to the heap (returned from this function) and kept for the program's life.
-  return (dispatch_io_handler_t)_Block_copy(^(bool done, dispatch_data_t data, int error) {
-    const void *buffer = NULL;
-    size_t size = 0;
-    dispatch_data_t map = data ? dispatch_data_create_map(data, &buffer, &size) : NULL;
-    printf("%s: done %d, %s %zu \"%.*s\", error %d\n", name, done, data ? "data" : "NULL", size,
-           (int)size, (const char *)buffer, error);
-    if (map) dispatch_release(map);
-    dispatch_semaphore_signal(step);
-  });
-}
+static dispatch_io_handler_t printing(const char *name) { return printing_calls(name, true); }
 
 static dispatch_io_t stream_channel(const char *name, int fd) {
   return dispatch_io_create(DISPATCH_IO_STREAM, fd, q, ^(int error) {

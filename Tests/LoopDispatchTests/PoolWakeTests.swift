@@ -11,9 +11,7 @@ import Testing
   /// does J2. Every round's J1 must run (`PoolStrandScenario.swift` in LoopDispatchTestHost).
   /// Before the last searcher's rule it failed within 800–8,200 rounds.
   @Test func aJobLeftBehindABlockedSubmitterStillRuns() {
-    let result = runProgram("LoopDispatchTestHost", ["pool-strand-rounds"])
-    #expect(result.status == 0, "\(result.output)\(result.errorOutput)")
-    #expect(result.output.contains("ok pool-strand-rounds"), "\(result.output)")
+    expectHostScenarioPasses("pool-strand-rounds")
   }
 }
 
@@ -22,9 +20,7 @@ extension PoolWakeTests {
   /// while the submitter pushes both jobs, so both wake-ups are left to it, and the
   /// supervisor starts asleep. Before the fix J1 stayed queued for the scenario's whole 5 s.
   @Test func theReleasedSpinnerPassesTheWakeOn() {
-    let result = runProgram("LoopDispatchTestHost", ["pool-strand-held"])
-    #expect(result.status == 0, "\(result.output)\(result.errorOutput)")
-    #expect(result.output.contains("ok pool-strand-held"), "\(result.output)")
+    expectHostScenarioPasses("pool-strand-held")
   }
 }
 
@@ -35,9 +31,7 @@ extension PoolWakeTests {
   /// start, no blocking wait times out (`PoolChaosScenario.swift`). 600 units here, 20,000
   /// with LOOPDISPATCH_STRESS=full; builds without probes (release) print "skipped".
   @Test func chaosModeRunsEveryJob() {
-    let result = runProgram("LoopDispatchTestHost", ["pool-chaos"])
-    #expect(result.status == 0, "\(result.output)\(result.errorOutput)")
-    #expect(result.output.contains("ok pool-chaos"), "\(result.output)")
+    expectHostScenarioPasses("pool-chaos")
   }
 }
 
@@ -47,8 +41,17 @@ extension PoolWakeTests {
   /// nothing wait in the idle set, 200 µs at a time, instead of going round
   /// (`pool-untakeable` in LoopDispatchTestHost; debug builds, release prints "skipped").
   @Test func idleWorkersDoNotSpinOnAJobNobodyCanTake() {
-    let result = runProgram("LoopDispatchTestHost", ["pool-untakeable"])
-    #expect(result.status == 0, "\(result.output)\(result.errorOutput)")
-    #expect(result.output.contains("ok pool-untakeable"), "\(result.output)")
+    expectHostScenarioPasses("pool-untakeable")
   }
+}
+
+/// Runs `scenario` of LoopDispatchTestHost in a process of its own and expects it to pass.
+private func expectHostScenarioPasses(
+  _ scenario: String, sourceLocation: SourceLocation = #_sourceLocation
+) {
+  let result = runProgram("LoopDispatchTestHost", [scenario])
+  #expect(
+    result.status == 0, "\(result.output)\(result.errorOutput)", sourceLocation: sourceLocation)
+  #expect(
+    result.output.contains("ok \(scenario)"), "\(result.output)", sourceLocation: sourceLocation)
 }

@@ -279,6 +279,15 @@ extension PoolModel {
       next.setJob(thread, 255)
       goto(.take)
     }
+    /// A take or steal got its job; with work left behind it runs `notifyWork` first.
+    func took(leavingWork: Bool) {
+      if leavingWork {
+        next.setFlag(thread, ModelState.notifiedInTake, true)
+        notify(then: .got)
+      } else {
+        goto(.got)
+      }
+    }
     switch pc {
     case .take:
       // `takeJob`: for each lane from 0, the local queue, then the injection queue.
@@ -293,12 +302,7 @@ extension PoolModel {
         if !state.isEmpty(shared) {
           next.setJob(thread, next.pop(shared))
           // `takeFromInjection`'s chained wake when jobs are left behind.
-          if !next.isEmpty(shared) {
-            next.setFlag(thread, ModelState.notifiedInTake, true)
-            notify(then: .got)
-          } else {
-            goto(.got)
-          }
+          took(leavingWork: !next.isEmpty(shared))
           return [next]
         }
       }
@@ -314,12 +318,7 @@ extension PoolModel {
           let taking = (state.count(from) + 1) / 2
           next.setJob(thread, next.pop(from))
           for _ in 1..<taking { next.push(next.pop(from), into) }
-          if !next.isEmpty(into) || !next.isEmpty(from) {
-            next.setFlag(thread, ModelState.notifiedInTake, true)
-            notify(then: .got)
-          } else {
-            goto(.got)
-          }
+          took(leavingWork: !next.isEmpty(into) || !next.isEmpty(from))
           return [next]
         }
       }
