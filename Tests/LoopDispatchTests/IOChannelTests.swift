@@ -385,21 +385,31 @@ import Testing
     close(writer)
   }
 
-  @Test func aChannelMadeFromAnotherUsesItsDescriptorAndLeavesItOpen() async throws {
+  @Test func aChannelMadeFromAnotherSharesItsDescriptorAndHoldsBackItsCleanup() async throws {
     let fd = try temporaryFile()
     #expect(Glibc.write(fd, "shared bytes", 12) == 12)
     #expect(lseek(fd, 0, SEEK_SET) == 0)  // Random offsets count from here.
-    let firstCleaned = Latch()
-    let first = IOChannel(kind: .random, fd: fd) { _ in firstCleaned.open() }
-    let secondCleaned = Latch()
-    let second = IOChannel(kind: .random, sharing: first) { _ in secondCleaned.open() }
+    // Both cleanups run on one serial queue: their order is the order they were submitted.
+    let cleanups = Queue(label: "io.cleanups")
+    let log = Locked<[String]>([])
+    let bothCleaned = Latch()
+    let first = IOChannel(kind: .random, fd: fd, queue: cleanups) { _ in
+      log.withLock { $0.append("first cleanup") }
+    }
+    let second = IOChannel(kind: .random, sharing: first, queue: cleanups) { _ in
+      log.withLock { $0.append("second cleanup") }
+      bothCleaned.open()
+    }
     #expect(try await second.read(offset: 7, length: 5).array == Array("bytes".utf8))
     second.close()
-    #expect(secondCleaned.wait(seconds: 30))
-    // The first channel, and the descriptor, are untouched by the second's cleanup.
+    // The first channel, and the descriptor, are untouched by the second's close.
     #expect(try await first.read(offset: 0, length: 6).array == Array("shared".utf8))
+    log.withLock { $0.append("first read") }
+    // As libdispatch: the cleanups wait until every channel on the descriptor is closed,
+    // then run in the order the channels were made.
     first.close()
-    #expect(firstCleaned.wait(seconds: 30))
+    #expect(bothCleaned.wait(seconds: 30))
+    #expect(log.value == ["first read", "first cleanup", "second cleanup"])
     // A channel made from a closed one is cancelled, as in libdispatch.
     let third = IOChannel(kind: .stream, sharing: first)
     await #expect(throws: IOError(code: ECANCELED)) { try await third.read(length: 1) }

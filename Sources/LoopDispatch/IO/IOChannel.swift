@@ -16,17 +16,22 @@ import MainLoop
 /// Regular files are read and written with `pread`/`pwrite` (or `read`/`write` on a stream
 /// channel) by a pool worker.
 ///
-/// Order and lifetime:
+/// Order and lifetime (every channel and one-shot call on one descriptor shares one entry,
+/// `DescriptorEntry`, and these rules hold across all of them):
 /// - Operations start in submission order: reads one at a time, writes one at a time, a read
-///   and a write at once; a barrier (``barrier(_:)``) waits for everything before it and
-///   holds back everything after it.
+///   and a write at once, except that a STREAM channel's reads and writes of a regular file
+///   run one at a time (they share its position); a barrier (``barrier(_:)``) waits for
+///   everything before it on the descriptor and holds back everything after it.
 /// - ``close(stop:)``: operations submitted afterwards fail with `ECANCELED`; with `stop`,
 ///   so do the ones not finished.
-/// - The cleanup handler runs once, when the channel no longer uses the descriptor: after it
-///   is closed (or released) and its last operation has finished, or soon after creation
-///   for a channel that cannot be used (a bad descriptor, a missing path, a directory). A
-///   channel made from a path opens the file at its first operation and closes it before
-///   the cleanup handler runs.
+/// - The cleanup handler runs once no channel uses the descriptor: after this channel and
+///   every other on the same descriptor (one made from it with
+///   ``init(kind:sharing:queue:cleanup:)`` among them) is closed or released and their
+///   operations' last handler calls have run, as in libdispatch; or soon after creation for
+///   a channel that cannot be used (a bad descriptor, a missing path, a directory). A
+///   channel made from a path opens the file at its first operation (non-blocking unless it
+///   is a regular file) and closes it before the cleanup handler runs; so does a channel
+///   made from a path channel, with a descriptor of its own.
 ///
 /// ```swift
 /// let channel = IOChannel(kind: .stream, fd: pipeReadEnd, cleanup: { _ in close(pipeReadEnd) })
@@ -38,10 +43,10 @@ import MainLoop
 /// ```
 ///
 /// Thread-safety: every method may be called from any thread. The channel's state is touched
-/// only on its private serial queue (`control`); the methods hop onto it.
+/// only on its descriptor entry's serial queue (`control`); the methods hop onto it.
 public final class IOChannel: @unchecked Sendable {
   // @unchecked Sendable: the mutable state below is touched only by blocks running on
-  // `control` (a serial queue), which orders every access.
+  // `control` (the entry's serial queue), which orders every access.
 
   /// How offsets are read.
   public enum Kind: Sendable {
@@ -61,48 +66,31 @@ public final class IOChannel: @unchecked Sendable {
   /// written, `error` an `errno` value (0: none).
   public typealias WriteHandler =
     @Sendable (_ done: Bool, _ remaining: Bytes, _ error: Int32) -> Void
+  typealias Cleanup = (queue: Queue, handler: @Sendable (Int32) -> Void)
 
   /// Whether offsets count (``Kind/random``) or not (``Kind/stream``).
   public let kind: Kind
-  /// The channel's own serial queue: every state change runs on it.
-  let control: Queue
-  private let cleanupQueue: Queue
-  private var cleanupHandler: (@Sendable (Int32) -> Void)?
-  /// The error the cleanup handler reports: the failure that made the channel unusable, or
-  /// 0. (`failure` itself becomes ECANCELED once the descriptor is given back.)
-  private var cleanupError: Int32 = 0
+  /// The descriptor's entry, shared with every other channel on it (a channel that failed
+  /// at creation has one of its own, with no descriptor).
+  let entry: DescriptorEntry
+  /// The entry's serial queue: every state change of the channel runs on it.
+  var control: Queue { entry.queue }
 
   // MARK: State (only on `control`)
 
-  /// Where the descriptor comes from.
-  private enum Origin {
-    case descriptor(Int32)
-    case path(String, flags: Int32, mode: mode_t)
-    case channel(IOChannel)
-  }
-  private let origin: Origin
-  /// The descriptor once known (-1 before a path is opened).
-  private var fd: Int32 = -1
-  /// Whether `fd` was checked (fstat) and prepared.
-  private var prepared = false
-  /// A regular file (or block device): I/O on a pool worker, not through readiness.
-  private var isFile = false
-  private var isSocket = false
-  /// Whether this channel holds a use of the descriptor's O_NONBLOCK (`DescriptorFlags`).
-  private var holdsNonBlocking = false
-  /// The file position when the channel was made (random channels' offset 0).
-  private var baseOffset: off_t = 0
-  /// The first error that makes the channel unusable (a bad descriptor, a failed open).
+  /// The cleanup handler until the channel joins its entry (which then holds it) or gives up.
+  private var cleanup: Cleanup?
+  /// Why the channel cannot be used, from its creation (0: it can).
   private var failure: Int32 = 0
+  /// The file position when the channel was made (random channels' offset 0).
+  private var baseOffset: Int64 = 0
+  /// Whether the channel holds a use of its entry (joined and not yet left).
+  private var joined = false
+  private var left = false
   private var closed = false
-  private var cleanedUp = false
-
-  private var waiting: [IOOperation] = []
-  /// Finished operations whose last handler call has not run yet: barriers and the cleanup
-  /// wait for them, so they come after every handler of the operations before them.
-  private var undelivered = 0
-  private var activeRead: IOOperation?
-  private var activeWrite: IOOperation?
+  /// Operations submitted and not yet ended (their last handler call run): the channel
+  /// leaves its entry only when closed with none.
+  private var inFlight = 0
 
   /// Water marks (``setLowWater(_:)``, ``setHighWater(_:)``). The low one defaults to one
   /// chunk, as libdispatch's: a read of a long stream hands over a megabyte at a time rather
@@ -115,14 +103,10 @@ public final class IOChannel: @unchecked Sendable {
   // MARK: Creation
 
   /// The fields every channel sets the same way.
-  private init(
-    kind: Kind, origin: Origin, queue: Queue, cleanup: (@Sendable (Int32) -> Void)?
-  ) {
+  private init(kind: Kind, entry: DescriptorEntry, cleanup: Cleanup?) {
     self.kind = kind
-    self.origin = origin
-    control = IOChannel.makeControlQueue()
-    cleanupQueue = queue
-    cleanupHandler = cleanup
+    self.entry = entry
+    self.cleanup = cleanup
   }
 
   /// A channel over `fd`, which stays the caller's: the channel never closes it, and the
@@ -131,23 +115,22 @@ public final class IOChannel: @unchecked Sendable {
     kind: Kind, fd: Int32, queue: Queue = .global(),
     cleanup: (@Sendable (_ error: Int32) -> Void)? = nil
   ) {
-    self.init(kind: kind, origin: .descriptor(fd), queue: queue, cleanup: cleanup)
-    self.fd = fd
-    // As libdispatch: a descriptor that is not open (EBADF), or of a type the channel cannot
-    // use, fails every operation rather than the creation, and the channel gives it up at
-    // once: the cleanup handler is submitted now, with the error.
-    var status = stat()
-    failure =
-      fd < 0 || fstat(fd, &status) != 0
-      ? EBADF : IOChannel.unusable(kind: kind, mode: status.st_mode)
-    if failure != 0 {
-      control.async { [self] in giveUpIfUnusable() }
+    let given = cleanup.map { (queue: queue, handler: $0) }
+    let (found, error) = DescriptorEntry.join(fd: fd, cleanup: given) { mode in
+      IOChannel.unusable(kind: kind, mode: mode)
+    }
+    guard let found else {
+      // As libdispatch: a descriptor that is not open (EBADF), or of a type the channel
+      // cannot use, fails every operation rather than the creation, and the channel gives
+      // up at once: the cleanup handler is submitted now, with the error.
+      self.init(kind: kind, entry: .detached(), cleanup: given)
+      failure = error
+      control.async { [self] in giveUp() }
       return
     }
-    if kind == .random {
-      baseOffset = lseek(fd, 0, SEEK_CUR)
-      if baseOffset < 0 { baseOffset = 0 }
-    }
+    self.init(kind: kind, entry: found, cleanup: nil)
+    joined = true
+    if kind == .random { baseOffset = IOChannel.position(of: fd) }
   }
 
   /// A channel over the file at `path` (absolute), opened with `flags` and `mode` at the
@@ -158,20 +141,91 @@ public final class IOChannel: @unchecked Sendable {
   ) {
     guard path.hasPrefix("/") else { return nil }
     self.init(
-      kind: kind, origin: .path(path, flags: flags, mode: mode), queue: queue, cleanup: cleanup)
+      kind: kind, entry: .forPath(path, flags: flags, mode: mode),
+      cleanup: cleanup.map { (queue: queue, handler: $0) })
     // As libdispatch: the path is checked at creation (before any operation), the file
     // opened at the first operation.
     control.async { [self] in
-      checkPath(path, flags: flags)
-      giveUpIfUnusable()
+      failure = checkPath(path, flags: flags)
+      if failure == 0 { joinEntry() } else { giveUp() }
     }
+  }
+
+  /// A channel over the descriptor of `other`. If `other` was made from a path, the new
+  /// channel opens the path itself (a descriptor of its own, closed by it); else it shares
+  /// `other`'s descriptor and entry, which then ends (running `other`'s cleanup handler)
+  /// only once this channel is done too. If `other` was closed before this call, the new
+  /// channel is unusable: its operations and its cleanup handler get `ECANCELED`, as in
+  /// libdispatch. A random channel's offset 0 is the descriptor's position now.
+  public convenience init(
+    kind: Kind, sharing other: IOChannel, queue: Queue = .global(),
+    cleanup: (@Sendable (_ error: Int32) -> Void)? = nil
+  ) {
+    let given = cleanup.map { (queue: queue, handler: $0) }
+    guard case .path(let path, let flags, let mode) = other.entry.origin else {
+      // Same entry, same queue: `other`'s close, if called before this, is already queued
+      // ahead of the block below; operations on this channel queue up behind it.
+      self.init(kind: kind, entry: other.entry, cleanup: given)
+      control.async { [self] in
+        failure = adoptState(of: other)
+        guard failure == 0 else { return giveUp() }
+        if kind == .random { baseOffset = IOChannel.position(of: entry.fd) }
+        joinEntry()
+      }
+      return
+    }
+    self.init(kind: kind, entry: .forPath(path, flags: flags, mode: mode), cleanup: given)
+    // Asked in `other`'s queue order, so a close called before this counts and one called
+    // after does not; `control` (this channel's own) stays suspended until then, so no
+    // operation starts first.
+    control.suspend()
+    other.control.async { [self] in
+      // Written off `control`, safe: it is suspended with nothing running, and its resume
+      // publishes these writes to the blocks it runs next.
+      failure = adoptState(of: other)
+      entry.pathType = other.entry.pathType
+      control.resume()
+      control.async { [self] in
+        if failure == 0 { joinEntry() } else { giveUp() }
+      }
+    }
+  }
+
+  /// Why a channel made from `other` cannot be used (on `other`'s queue): `other` closed
+  /// (ECANCELED), failed at creation (its error), or of a type this kind cannot use.
+  private func adoptState(of other: IOChannel) -> Int32 {
+    if other.closed { return ECANCELED }
+    if other.failure != 0 { return other.failure }
+    guard case .descriptor = other.entry.origin else {
+      return IOChannel.unusable(kind: kind, mode: other.entry.pathType)
+    }
+    var status = stat()
+    guard fstat(other.entry.fd, &status) == 0 else { return EBADF }
+    return IOChannel.unusable(kind: kind, mode: status.st_mode)
+  }
+
+  /// The file position of `fd` (0 where it has none).
+  private static func position(of fd: Int32) -> Int64 {
+    let position = lseek(fd, 0, SEEK_CUR)
+    return position < 0 ? 0 : Int64(position)
+  }
+
+  /// Joins the entry with the cleanup handler (on `control`).
+  private func joinEntry() {
+    entry.join(cleanup: cleanup)
+    cleanup = nil
+    joined = true
   }
 
   /// A channel found unusable at creation gives up at once, as libdispatch's, which submits
   /// the cleanup handler then: operations still fail with the error, but no later than
   /// creation does the handler learn it.
-  private func giveUpIfUnusable() {
-    if failure != 0 && !cleanedUp { finishCleanup() }
+  private func giveUp() {
+    guard let cleanup else { return }
+    self.cleanup = nil  // Run once; drop what it holds.
+    let error = failure
+    let handler = cleanup.handler
+    cleanup.queue.async { handler(error) }
   }
 
   /// Why a channel of `kind` cannot use a file of type `mode`, as libdispatch's
@@ -186,58 +240,31 @@ public final class IOChannel: @unchecked Sendable {
 
   /// A path channel's check at creation (on `control`), as libdispatch's: a file that is
   /// there must be of a type the channel can use; one that is not there is an error
-  /// (stat's) unless `O_CREAT` may create it (its directory exists).
-  private func checkPath(_ path: String, flags: Int32) {
+  /// (stat's) unless `O_CREAT` may create it (its directory exists). Records the type for
+  /// the open.
+  private func checkPath(_ path: String, flags: Int32) -> Int32 {
     var status = stat()
     let found =
       flags & O_NOFOLLOW != 0 ? lstat(path, &status) == 0 : stat(path, &status) == 0
-    guard failure == 0 else { return }
     guard found else {
       let error = errno
       if flags & O_CREAT != 0, !path.hasSuffix("/"),
         let slash = path.lastIndex(of: "/"),
         stat(String(path[..<slash]), &status) == 0
       {
-        return
+        entry.pathType = S_IFREG
+        return 0
       }
-      failure = error
-      return
+      return error
     }
-    failure = IOChannel.unusable(kind: kind, mode: status.st_mode)
-  }
-
-  /// A channel over the descriptor of `other` (which keeps it: the new channel never closes
-  /// it). If `other` was closed before this call, the new channel is unusable: its
-  /// operations and its cleanup handler get `ECANCELED`, as in libdispatch.
-  public convenience init(
-    kind: Kind, sharing other: IOChannel, queue: Queue = .global(),
-    cleanup: (@Sendable (_ error: Int32) -> Void)? = nil
-  ) {
-    self.init(kind: kind, origin: .channel(other), queue: queue, cleanup: cleanup)
-    // As libdispatch: the other channel is asked in its queue's order, so a close called
-    // before this counts and one called after does not. Closed: this one is unusable from
-    // creation, with ECANCELED; else it takes the descriptor now. `control` stays suspended
-    // until then, so no operation starts first.
-    control.suspend()
-    other.control.async { [self] in
-      // Written off `control`, safe: it is suspended with nothing running, and its resume
-      // publishes these writes to the blocks it runs next.
-      if other.closed {
-        failure = ECANCELED
-      } else {
-        other.prepare()
-        (fd, baseOffset) = (other.failure == 0 ? other.fd : -1, other.baseOffset)
-        if fd < 0 { failure = EBADF }
-      }
-      giveUpIfUnusable()
-      control.resume()
-    }
+    entry.pathType = status.st_mode & S_IFMT
+    return IOChannel.unusable(kind: kind, mode: status.st_mode)
   }
 
   deinit {
-    // Released with nothing in flight (operations hold the channel): the last chance to give
-    // the descriptor back.
-    if !cleanedUp { finishCleanup() }
+    // Released with nothing in flight (operations hold the channel): the last chance to
+    // leave the entry.
+    if joined && !left { entry.leave() }
   }
 
   // MARK: Operations
@@ -254,7 +281,7 @@ public final class IOChannel: @unchecked Sendable {
 
   /// `read(offset:length:queue:handler:)`, and with `endsWhenDrained` the one-shot read's
   /// rule (``IOOperation/endsWhenDrained``).
-  private func read(
+  func read(
     offset: Int64, length: Int, endsWhenDrained: Bool, queue: Queue,
     handler: @escaping ReadHandler
   ) {
@@ -277,8 +304,8 @@ public final class IOChannel: @unchecked Sendable {
     submit(operation)
   }
 
-  /// Runs `body` once every operation submitted before it has finished, before any submitted
-  /// after it starts.
+  /// Runs `body` once every operation submitted before it on the descriptor (on this channel
+  /// or any other sharing it) has finished, before any submitted after it starts.
   public func barrier(_ body: @escaping @Sendable () -> Void) {
     submit(IOOperation(barrier: body))
   }
@@ -288,27 +315,26 @@ public final class IOChannel: @unchecked Sendable {
   public func close(stop: Bool = false) {
     control.async { [self] in
       closed = true
-      if stop {
-        // The running operations end first (they were submitted first), then the waiting
-        // ones in order; barriers among them still run, in their turn. Only barriers are
-        // left waiting, and none can start while the ended operations' handlers are
-        // undelivered, so the `startWhatMay` inside `finish` starts nothing early.
-        let cancelled = waiting.filter { !$0.isBarrier }
-        waiting.removeAll { !$0.isBarrier }
-        if let read = activeRead { finish(read, error: ECANCELED) }
-        if let write = activeWrite { finish(write, error: ECANCELED) }
-        for operation in cancelled { fail(operation, ECANCELED) }
-      }
-      startWhatMay()
+      if stop { entry.stop(self) }
+      leaveIfDone()
     }
   }
 
-  /// The descriptor, or -1 while a path channel has not opened its file (or failed to).
-  /// Waits for the channel's queue.
+  /// The descriptor, or -1 once the channel is closed, or while a path channel has not
+  /// opened its file (or failed to). In a barrier, a path channel opens its file first, as
+  /// libdispatch's `dispatch_io_get_descriptor`. Waits for the channel's queue.
   public var fileDescriptor: Int32 {
     // From a barrier (which runs on `control`, maybe inside other queues), read it in place.
-    if control.isCurrent { return failure == 0 ? fd : -1 }
-    return control.sync { failure == 0 ? fd : -1 }
+    if control.isCurrent {
+      if entry.inBarrier && !closed && failure == 0 { _ = entry.prepare() }
+      return currentDescriptor
+    }
+    return control.sync { currentDescriptor }
+  }
+
+  /// `fileDescriptor`'s answer (on `control`).
+  private var currentDescriptor: Int32 {
+    closed || failure != 0 || entry.openFailure != 0 ? -1 : entry.fd
   }
 
   /// The fewest bytes a read hands its handler at a time (except its last call). A high
@@ -338,87 +364,48 @@ public final class IOChannel: @unchecked Sendable {
     control.async { [self] in self.interval = (nanoseconds, strict) }
   }
 
-  // MARK: One-shot reads and writes (`dispatch_read`, `dispatch_write`)
-
-  /// Reads up to `length` bytes (`Int.max`: to the end of the file) from `fd` at its current
-  /// position and calls `handler` once on `queue` with them, or with what arrived before an
-  /// error and the error's `errno`. A file is read to `length` or its end; a stream (a pipe,
-  /// a socket) until `length`, its end, or, as libdispatch's `dispatch_read`, the first time
-  /// a read finds nothing more after some bytes arrived: what is there now, not a full
-  /// `length`. The handler runs after the channel has given the descriptor back (its flags
-  /// restored), so it may close it.
-  public static func read(
-    from fd: Int32, length: Int, queue: Queue,
-    handler: @escaping @Sendable (_ data: Bytes, _ error: Int32) -> Void
-  ) {
-    let (channel, outcome) = oneShot(fd: fd, queue: queue, handler: handler)
-    channel.setLowWater(Int.max)
-    channel.read(
-      offset: 0, length: length, endsWhenDrained: true, queue: channel.control
-    ) { done, data, error in
-      // One call at a time, in order (the operation's handler queue is serial).
-      outcome.collect(data)
-      guard done else { return }
-      outcome.arrive(error: error)
-      channel.close()
-    }
-  }
-
-  /// Writes `data` to `fd` and calls `handler` once on `queue` with what could not be
-  /// written (empty when all was) and the error's `errno` (0: none), after the channel has
-  /// given the descriptor back.
-  public static func write(
-    to fd: Int32, data: Bytes, queue: Queue,
-    handler: @escaping @Sendable (_ remaining: Bytes, _ error: Int32) -> Void
-  ) {
-    let (channel, outcome) = oneShot(fd: fd, queue: queue, handler: handler)
-    channel.write(data: data, queue: channel.control) { done, remaining, error in
-      guard done else { return }
-      outcome.collect(remaining)
-      outcome.arrive(error: error)
-      channel.close()
-    }
-  }
-
-  /// A stream channel for one read or write, and the outcome that calls `handler` on `queue`
-  /// once both the operation has ended and the channel has given the descriptor back.
-  private static func oneShot(
-    fd: Int32, queue: Queue, handler: @escaping @Sendable (Bytes, Int32) -> Void
-  ) -> (IOChannel, OneShotOutcome) {
-    let outcome = OneShotOutcome { bytes, error in queue.async { handler(bytes, error) } }
-    let channel = IOChannel(kind: .stream, fd: fd, queue: queue) { cleanupError in
-      outcome.arrive(cleanupError: cleanupError)
-    }
-    return (channel, outcome)
-  }
-
-  // MARK: The engine (on `control`)
+  // MARK: Submission and leaving (on `control`)
 
   private func submit(_ operation: IOOperation) {
     control.async { [self] in
       if let target = operation.target { operation.queue = handlerQueue(for: target) }
-      // On a closed channel reads and writes fail; a barrier still waits its turn.
-      if closed, !operation.isBarrier {
-        fail(operation, ECANCELED)
-        return
+      operation.channel = self
+      operation.settings = IOOperation.Settings(
+        kind: kind, base: baseOffset, lowWater: lowWater, highWater: highWater,
+        interval: interval)
+      inFlight += 1
+      // As libdispatch: on a closed channel reads and writes fail with ECANCELED, on one
+      // unusable from creation with its error; a barrier still waits its turn.
+      if !operation.isBarrier {
+        let error = closed ? ECANCELED : failure
+        if error != 0 {
+          entry.fail(operation, error)
+          return
+        }
+        // A read of no bytes, or a write of none, is done at once (no data, no error),
+        // without waiting its turn; on a stream it would otherwise wait for readiness it
+        // has no use for and hold back every later operation.
+        if operation.isEmptyTransfer {
+          entry.fail(operation, 0)
+          return
+        }
       }
-      // As libdispatch: a read of no bytes, or a write of none, is done at once (no data, no
-      // error), without waiting its turn; on a stream it would otherwise wait for readiness
-      // it has no use for and hold back every later operation.
-      if operation.isEmptyTransfer, failure == 0 {
-        fail(operation, 0)
-        return
-      }
-      waiting.append(operation)
-      startWhatMay()
+      entry.enqueue(operation)
     }
   }
 
-  /// A channel's own queue: it does not rename the workers that drain it.
-  private static func makeControlQueue() -> Queue {
-    let queue = Queue(label: "io.channel")
-    queue.namesThreads = false
-    return queue
+  /// An operation of this channel has ended and its last handler call has run (on
+  /// `control`).
+  func operationEnded() {
+    inFlight -= 1
+    leaveIfDone()
+  }
+
+  /// A closed channel with nothing in flight gives its use of the entry back, once.
+  private func leaveIfDone() {
+    guard closed, joined, !left, inFlight == 0 else { return }
+    left = true
+    entry.leave()
   }
 
   /// Serial queues made for handlers on concurrent queues, one per such queue (each keeps
@@ -437,433 +424,5 @@ public final class IOChannel: @unchecked Sendable {
       handlerQueues[ObjectIdentifier(target)] = made
       return made
     }
-  }
-
-  /// Whether `startWhatMay` is running (an operation that finishes at once calls it again
-  /// from inside it: the outer call goes round again instead of recursing).
-  private var starting = false
-  private var startAgain = false
-
-  /// Starts the waiting operations in order while each may start. Never recursive: a call
-  /// from inside one (an operation that finished at once) makes the outer one loop again.
-  private func startWhatMay() {
-    if starting {
-      startAgain = true
-      return
-    }
-    starting = true
-    repeat {
-      startAgain = false
-      startWaiting()
-    } while startAgain
-    starting = false
-    cleanUpIfDone()
-  }
-
-  private func startWaiting() {
-    while let next = waiting.first {
-      switch next.direction {
-      case .barrier(let body):
-        guard activeRead == nil && activeWrite == nil && undelivered == 0 else { return }
-        waiting.removeFirst()
-        body()
-      case .read:
-        guard activeRead == nil else { return }
-        waiting.removeFirst()
-        activeRead = next
-        start(next)
-      case .write:
-        guard activeWrite == nil else { return }
-        waiting.removeFirst()
-        activeWrite = next
-        start(next)
-      }
-    }
-  }
-
-  /// Opens and checks the descriptor once, before the first operation.
-  private func prepare() {
-    guard !prepared else { return }
-    prepared = true
-    guard failure == 0 else { return }  // Found unusable at creation.
-    switch origin {
-    case .descriptor:
-      break
-    case .path(let path, let flags, let mode):
-      let opened = open(path, flags | O_CLOEXEC, mode)
-      if opened < 0 {
-        failure = errno
-        return
-      }
-      fd = opened
-    case .channel:
-      // The other channel's descriptor (and, for a random channel, its starting position)
-      // was taken at creation.
-      break
-    }
-    guard failure == 0 else { return }
-    var status = stat()
-    guard fstat(fd, &status) == 0 else {
-      failure = errno
-      return
-    }
-    let type = status.st_mode & S_IFMT
-    isSocket = type == S_IFSOCK
-    // Regular files and block devices, and character devices epoll refuses (/dev/null,
-    // /dev/zero: EPERM), are read and written with blocking calls on a pool worker; a
-    // readiness source on them would never fire.
-    isFile = type == S_IFREG || type == S_IFBLK || (type == S_IFCHR && !isPollable(fd))
-    if kind == .random, case .path = origin { baseOffset = 0 }
-  }
-
-  /// Whether epoll accepts `fd` (a scratch epoll set, once per channel).
-  private func isPollable(_ fd: Int32) -> Bool {
-    let scratch = cls_epoll_create()
-    guard scratch >= 0 else { return true }
-    defer { _ = Glibc.close(scratch) }
-    return cls_epoll_control(scratch, cls_epoll_ctl_add, fd, cls_epollin, 0) == 0
-  }
-
-  private func start(_ operation: IOOperation) {
-    prepare()
-    // A descriptor that could not be had (a failed open): given up at once, as libdispatch
-    // does, before the operation's failure is reported.
-    if failure != 0 && !cleanedUp { finishCleanup() }
-    if failure != 0 {
-      finish(operation, error: failure)
-      return
-    }
-    if isFile {
-      runOnFile(operation)
-    } else {
-      runOnStream(operation)
-    }
-  }
-
-  // MARK: Regular files: a pool worker, blocking calls
-
-  /// One chunk of a file operation per turn of `control`, so a long transfer does not hold
-  /// the channel: `close(stop:)`, barriers' bookkeeping and the other direction get their
-  /// turns between chunks.
-  private func runOnFile(_ operation: IOOperation) {
-    guard !operation.finished else { return }
-    if operation.filePosition < 0 {
-      operation.filePosition = Int64(baseOffset) + operation.offset
-    }
-    let chunk = 1 << 20
-    switch operation.direction {
-    case .read(let length):
-      let want = Swift.min(chunk, length - operation.transferred)
-      let position = off_t(operation.filePosition)
-      let got = readChunk(operation, want: want, length: length) { base, count in
-        kind == .random ? pread(fd, base, count, position) : Glibc.read(fd, base, count)
-      }
-      operation.filePosition += Int64(got)
-    case .write:
-      var wrote = 0
-      var error: Int32 = 0
-      let position = off_t(operation.filePosition)
-      _ = operation.pending.forEachRegion { _, region in
-        repeat {
-          wrote =
-            kind == .random
-            ? pwrite(fd, region.baseAddress, region.count, position)
-            : Glibc.write(fd, region.baseAddress, region.count)
-        } while wrote < 0 && errno == EINTR
-        if wrote < 0 { error = errno }
-        return false  // One region per turn.
-      }
-      if error != 0 {
-        finish(operation, error: error)
-        return
-      }
-      operation.filePosition += Int64(wrote)
-      didWrite(wrote, by: operation)
-    case .barrier:
-      return
-    }
-    if !operation.finished {
-      control.async { [self] in runOnFile(operation) }
-    }
-  }
-
-  // MARK: Streams: non-blocking, on readiness
-
-  private func runOnStream(_ operation: IOOperation) {
-    if !holdsNonBlocking { holdsNonBlocking = DescriptorFlags.acquire(fd) }
-    // Try at once: a write usually goes out and a read often finds its bytes, with no
-    // readiness source to make (and no trip through the I/O driver).
-    switch operation.direction {
-    case .read(let length): readReady(operation, length: length)
-    case .write: writeReady(operation)
-    case .barrier: return
-    }
-    if operation.finished { return }
-    let source: Source
-    do {
-      switch operation.direction {
-      case .read: source = try ReadSource(fd: fd, queue: control, label: "io.channel.read")
-      case .write: source = try WriteSource(fd: fd, queue: control, label: "io.channel.write")
-      case .barrier: return
-      }
-    } catch {
-      finish(operation, error: EBADF)
-      return
-    }
-    operation.source = source
-    source.setEventHandler { [self] in
-      switch operation.direction {
-      case .read(let length): readReady(operation, length: length)
-      case .write: writeReady(operation)
-      case .barrier: break
-      }
-    }
-    if let interval, case .read = operation.direction {
-      let timer = TimerSource(queue: control, label: "io.channel.interval")
-      let every = Duration.nanoseconds(Int64(clamping: interval.nanoseconds))
-      timer.schedule(deadline: .now + every, repeating: every)
-      timer.setEventHandler { [self] in
-        guard !operation.finished, !operation.pending.isEmpty else { return }
-        deliver(operation, done: false, all: true)
-      }
-      operation.intervalTimer = timer
-      timer.activate()
-    }
-    source.activate()
-  }
-
-  private func readReady(_ operation: IOOperation, length: Int) {
-    let chunk = 64 * 1024
-    while !operation.finished && operation.transferred < length {
-      let want = Swift.min(chunk, length - operation.transferred)
-      let got = readChunk(operation, want: want, length: length) { base, count in
-        Glibc.read(fd, base, count)
-      }
-      if got == 0 { return }  // Nothing there yet (EAGAIN), or the operation ended.
-    }
-  }
-
-  /// One read of up to `want` bytes for `operation` with `call` (`read` or `pread`, retried
-  /// on `EINTR`): new bytes go to `received`, an error or the end of the file ends the
-  /// operation, and so does `EAGAIN` for a one-shot read that got bytes. Returns how many
-  /// bytes arrived: 0 for `EAGAIN` or an ended operation.
-  private func readChunk(
-    _ operation: IOOperation, want: Int, length: Int,
-    _ call: (UnsafeMutableRawPointer?, Int) -> Int
-  ) -> Int {
-    var got = 0
-    var error: Int32 = 0
-    let bytes = Bytes(readingUpTo: want) { buffer in
-      repeat {
-        got = call(buffer.baseAddress, want)
-      } while got < 0 && errno == EINTR
-      if got < 0 { error = errno }
-      return Swift.max(got, 0)
-    }
-    if error == EAGAIN || error == EWOULDBLOCK {
-      // Drained: a one-shot read that got bytes ends with them (libdispatch completes a
-      // convenience read with available data on EAGAIN); any other read waits for more.
-      if operation.endsWhenDrained && operation.transferred > 0 {
-        deliver(operation, done: true, all: true)
-        complete(operation)
-      }
-      return 0
-    }
-    if error != 0 {
-      finish(operation, error: error)
-      return 0
-    }
-    if got == 0 {
-      endOfFile(operation)
-      return 0
-    }
-    received(bytes, by: operation, length: length)
-    return got
-  }
-
-  private func writeReady(_ operation: IOOperation) {
-    while !operation.finished && !operation.pending.isEmpty {
-      var wrote = 0
-      var error: Int32 = 0
-      _ = operation.pending.forEachRegion { _, region in
-        repeat {
-          wrote =
-            isSocket
-            ? send(fd, region.baseAddress, region.count, Int32(MSG_NOSIGNAL))
-            : Glibc.write(fd, region.baseAddress, region.count)
-        } while wrote < 0 && errno == EINTR
-        if wrote < 0 { error = errno }
-        return false
-      }
-      if error == EAGAIN || error == EWOULDBLOCK { return }
-      if error != 0 {
-        finish(operation, error: error)
-        return
-      }
-      didWrite(wrote, by: operation)
-    }
-  }
-
-  // MARK: Progress and completion (on `control`)
-
-  /// New bytes for a read: hands them on as the water marks say; `done` at `length`.
-  private func received(_ bytes: Bytes, by operation: IOOperation, length: Int) {
-    operation.pending = operation.pending + bytes
-    operation.transferred += bytes.count
-    if operation.transferred >= length {
-      deliver(operation, done: true, all: true)
-      complete(operation)
-      return
-    }
-    deliver(operation, done: false, all: false)
-  }
-
-  /// The end of the file: what is held goes out, then `done` with no bytes (libdispatch's
-  /// order).
-  private func endOfFile(_ operation: IOOperation) {
-    if !operation.pending.isEmpty { deliver(operation, done: false, all: true) }
-    operation.post(done: true, Bytes(), 0)
-    complete(operation)
-  }
-
-  /// Hands a read's held bytes to its handler: whole `highWater` chunks, then (with `all`)
-  /// the rest, else the rest only once it reaches the low water mark. The last call carries
-  /// `done` when asked.
-  private func deliver(_ operation: IOOperation, done: Bool, all: Bool) {
-    while operation.pending.count > highWater {
-      let chunk = operation.pending[0..<highWater]
-      operation.pending = operation.pending[highWater..<operation.pending.count]
-      operation.post(done: done && operation.pending.isEmpty, chunk, 0)
-    }
-    let rest = operation.pending
-    guard !rest.isEmpty || done else { return }
-    let reachedLow = lowWater.map { rest.count >= Swift.max($0, 1) } ?? false
-    guard all || done || reachedLow || rest.count == highWater else { return }
-    operation.pending = Bytes()
-    operation.post(done: done, rest, 0)
-  }
-
-  /// `count` bytes of a write went out.
-  private func didWrite(_ count: Int, by operation: IOOperation) {
-    operation.pending = operation.pending[count..<operation.pending.count]
-    operation.transferred += count
-    if operation.pending.isEmpty {
-      operation.post(done: true, Bytes(), 0)
-      complete(operation)
-      return
-    }
-    operation.sinceReport += count
-    if let lowWater, operation.sinceReport >= Swift.max(lowWater, 1) {
-      operation.sinceReport = 0
-      operation.post(done: false, operation.pending, 0)
-    }
-  }
-
-  /// Ends `operation` with `error` (never 0). A read hands over what it holds first, in calls
-  /// without `done`, then ends with the error and no bytes (io.h's contract, libdispatch's
-  /// order); a write ends with what is left to write.
-  private func finish(_ operation: IOOperation, error: Int32) {
-    guard !operation.finished else { return }
-    if case .read = operation.direction {
-      if !operation.pending.isEmpty { deliver(operation, done: false, all: true) }
-      operation.post(done: true, Bytes(), error)
-    } else {
-      operation.post(done: true, operation.pending, error)
-    }
-    complete(operation)
-  }
-
-  /// Ends an operation that never started with `error` (0: an empty transfer), counted like a finished one so the
-  /// barriers and the cleanup come after its handler.
-  private func fail(_ operation: IOOperation, _ error: Int32) {
-    operation.post(done: true, operation.pending, error)
-    awaitDelivery(of: operation)
-  }
-
-  /// Counts `operation`'s handler calls as undelivered until the last one has run (its
-  /// handler queue is serial: a block queued after them runs after them).
-  private func awaitDelivery(of operation: IOOperation) {
-    guard let handlerQueue = operation.queue else { return }
-    undelivered += 1
-    handlerQueue.async { [self] in
-      control.async { [self] in
-        undelivered -= 1
-        startWhatMay()
-      }
-    }
-  }
-
-  /// Takes a finished operation off the channel and starts what may follow.
-  private func complete(_ operation: IOOperation) {
-    operation.finished = true
-    operation.source?.cancel()
-    operation.source = nil
-    operation.intervalTimer?.cancel()
-    operation.intervalTimer = nil
-    if activeRead === operation { activeRead = nil }
-    if activeWrite === operation { activeWrite = nil }
-    awaitDelivery(of: operation)
-    startWhatMay()
-  }
-
-  /// Cleans up once the channel is closed and idle.
-  private func cleanUpIfDone() {
-    guard closed, !cleanedUp, waiting.isEmpty, activeRead == nil, activeWrite == nil,
-      undelivered == 0
-    else { return }
-    finishCleanup()
-  }
-
-  /// Gives the descriptor back (its flags, or the file a path channel opened) and submits
-  /// the cleanup handler, once.
-  private func finishCleanup() {
-    cleanedUp = true
-    cleanupError = failure
-    if holdsNonBlocking {
-      DescriptorFlags.release(fd)
-      holdsNonBlocking = false
-    }
-    if case .path = origin, fd >= 0 { _ = Glibc.close(fd) }
-    // Given back: the number may now name another file.
-    fd = -1
-    if failure == 0 { failure = ECANCELED }
-    if let handler = cleanupHandler {
-      cleanupHandler = nil  // Run once; drop what it holds.
-      let error = cleanupError
-      cleanupQueue.async { handler(error) }
-    }
-  }
-}
-
-/// What a one-shot read or write ends with, and the join of its two ends: the operation's
-/// last handler call and the channel's cleanup (which may come in either order: a descriptor
-/// that is not open is given up before the operation's failure is reported). `finish` runs
-/// once, after both, under the lock.
-private final class OneShotOutcome: Sendable {
-  private struct State {
-    var bytes = Bytes()
-    var error: Int32 = 0
-    var cleanupError: Int32 = 0
-    var arrived = 0
-  }
-  private let state = LockedValue(State())
-  private let finish: @Sendable (Bytes, Int32) -> Void
-
-  init(finish: @escaping @Sendable (Bytes, Int32) -> Void) { self.finish = finish }
-
-  func collect(_ data: Bytes) { state.withLock { $0.bytes = $0.bytes + data } }
-
-  func arrive(error: Int32) { arrive { $0.error = error } }
-
-  func arrive(cleanupError: Int32) { arrive { $0.cleanupError = cleanupError } }
-
-  private func arrive(_ change: (inout State) -> Void) {
-    let ready = state.withLock { state -> (Bytes, Int32)? in
-      change(&state)
-      state.arrived += 1
-      guard state.arrived == 2 else { return nil }
-      return (state.bytes, state.error != 0 ? state.error : state.cleanupError)
-    }
-    if let (bytes, error) = ready { finish(bytes, error) }
   }
 }

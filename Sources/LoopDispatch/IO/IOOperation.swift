@@ -1,9 +1,21 @@
 /// One read, write or barrier of an ``IOChannel``, from submission to its last handler call.
 ///
-/// Thread-safety: the mutable fields are touched only on the channel's `control` queue;
-/// handlers are submitted to the operation's own queue, in order (`post`).
+/// Thread-safety: the mutable fields are touched only on the entry's queue (the channel's
+/// `control`); handlers are submitted to the operation's own queue, in order (`post`).
 final class IOOperation: @unchecked Sendable {
   // @unchecked Sendable: see the type's comment (one serial queue owns the fields).
+
+  /// The settings an operation takes from its channel when it is submitted (libdispatch
+  /// copies the channel's parameters into each operation): a later `setLowWater` does not
+  /// change an operation already on its way.
+  struct Settings {
+    var kind: IOChannel.Kind = .stream
+    /// Random channels: the file position offsets count from.
+    var base: Int64 = 0
+    var lowWater: Int? = IOChannel.defaultLowWater
+    var highWater = Int.max
+    var interval: (nanoseconds: UInt64, strict: Bool)?
+  }
 
   enum Direction {
     case read(length: Int)
@@ -12,6 +24,14 @@ final class IOOperation: @unchecked Sendable {
   }
 
   let direction: Direction
+  /// The channel it was submitted on (held until the operation has ended: the channel's
+  /// entry use lasts until its operations' handlers have run).
+  var channel: IOChannel?
+  var settings = Settings()
+  /// Which of the entry's lanes it waits in (`DescriptorEntry.Lane`), once placed.
+  var lane = -1
+  /// Whether the entry has started it (the first in its lane).
+  var started = false
   /// Random channels: where the operation starts, from the channel's base offset.
   let offset: Int64
   /// The queue the caller named for the handler.
@@ -86,6 +106,12 @@ final class IOOperation: @unchecked Sendable {
     case .write(let data): return data.isEmpty
     case .barrier: return false
     }
+  }
+
+  /// Whether this is a read.
+  var isRead: Bool {
+    if case .read = direction { return true }
+    return false
   }
 
   /// Whether this is a barrier.

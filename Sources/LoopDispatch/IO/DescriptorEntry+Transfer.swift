@@ -1,0 +1,243 @@
+import Glibc
+import MainLoop
+
+/// Moving the bytes of the operation at the head of a lane (all on the entry's `queue`).
+///
+/// Regular files are read and written with blocking calls (`pread`/`pwrite` for a RANDOM
+/// channel, `read`/`write` at the file position for a STREAM one), a chunk per turn of the
+/// queue. Anything else was made non-blocking with the entry and is read and written when a
+/// readiness source says so; the first try is made at once, with no source.
+extension DescriptorEntry {
+  // MARK: Regular files: a pool worker, blocking calls
+
+  /// One chunk of a file operation per turn of `queue`, so a long transfer does not hold
+  /// the entry: `close(stop:)`, barriers' bookkeeping and the other lanes get their turns
+  /// between chunks.
+  func runOnFile(_ operation: IOOperation) {
+    guard !operation.finished else { return }
+    if operation.filePosition < 0 {
+      operation.filePosition = operation.settings.base + operation.offset
+    }
+    let chunk = 1 << 20
+    switch operation.direction {
+    case .read(let length):
+      let want = Swift.min(chunk, length - operation.transferred)
+      let position = off_t(operation.filePosition)
+      let got = readChunk(operation, want: want, length: length) { base, count in
+        operation.settings.kind == .random ? pread(fd, base, count, position) : Glibc.read(fd, base, count)
+      }
+      operation.filePosition += Int64(got)
+    case .write:
+      var wrote = 0
+      var error: Int32 = 0
+      let position = off_t(operation.filePosition)
+      _ = operation.pending.forEachRegion { _, region in
+        repeat {
+          wrote =
+            operation.settings.kind == .random
+            ? pwrite(fd, region.baseAddress, region.count, position)
+            : Glibc.write(fd, region.baseAddress, region.count)
+        } while wrote < 0 && errno == EINTR
+        if wrote < 0 { error = errno }
+        return false  // One region per turn.
+      }
+      if error != 0 {
+        finish(operation, error: error)
+        return
+      }
+      operation.filePosition += Int64(wrote)
+      didWrite(wrote, by: operation)
+    case .barrier:
+      return
+    }
+    if !operation.finished {
+      queue.async { [self] in runOnFile(operation) }
+    }
+  }
+
+  // MARK: Streams: non-blocking, on readiness
+
+  func runOnStream(_ operation: IOOperation) {
+    // Try at once: a write usually goes out and a read often finds its bytes, with no
+    // readiness source to make (and no trip through the I/O driver).
+    switch operation.direction {
+    case .read(let length): readReady(operation, length: length)
+    case .write: writeReady(operation)
+    case .barrier: return
+    }
+    if operation.finished { return }
+    let source: Source
+    do {
+      switch operation.direction {
+      case .read: source = try ReadSource(fd: fd, queue: queue, label: "io.channel.read")
+      case .write: source = try WriteSource(fd: fd, queue: queue, label: "io.channel.write")
+      case .barrier: return
+      }
+    } catch {
+      finish(operation, error: EBADF)
+      return
+    }
+    operation.source = source
+    source.setEventHandler { [self] in
+      switch operation.direction {
+      case .read(let length): readReady(operation, length: length)
+      case .write: writeReady(operation)
+      case .barrier: break
+      }
+    }
+    if let interval = operation.settings.interval, case .read = operation.direction {
+      let timer = TimerSource(queue: queue, label: "io.channel.interval")
+      let every = Duration.nanoseconds(Int64(clamping: interval.nanoseconds))
+      timer.schedule(deadline: .now + every, repeating: every)
+      timer.setEventHandler { [self] in
+        guard !operation.finished, !operation.pending.isEmpty else { return }
+        deliver(operation, done: false, all: true)
+      }
+      operation.intervalTimer = timer
+      timer.activate()
+    }
+    source.activate()
+  }
+
+  private func readReady(_ operation: IOOperation, length: Int) {
+    let chunk = 64 * 1024
+    while !operation.finished && operation.transferred < length {
+      let want = Swift.min(chunk, length - operation.transferred)
+      let got = readChunk(operation, want: want, length: length) { base, count in
+        Glibc.read(fd, base, count)
+      }
+      if got == 0 { return }  // Nothing there yet (EAGAIN), or the operation ended.
+    }
+  }
+
+  /// One read of up to `want` bytes for `operation` with `call` (`read` or `pread`, retried
+  /// on `EINTR`): new bytes go to `received`, an error or the end of the file ends the
+  /// operation, and so does `EAGAIN` for a one-shot read that got bytes. Returns how many
+  /// bytes arrived: 0 for `EAGAIN` or an ended operation.
+  private func readChunk(
+    _ operation: IOOperation, want: Int, length: Int,
+    _ call: (UnsafeMutableRawPointer?, Int) -> Int
+  ) -> Int {
+    var got = 0
+    var error: Int32 = 0
+    let bytes = Bytes(readingUpTo: want) { buffer in
+      repeat {
+        got = call(buffer.baseAddress, want)
+      } while got < 0 && errno == EINTR
+      if got < 0 { error = errno }
+      return Swift.max(got, 0)
+    }
+    if error == EAGAIN || error == EWOULDBLOCK {
+      // Drained: a one-shot read that got bytes ends with them (libdispatch completes a
+      // convenience read with available data on EAGAIN); any other read waits for more.
+      if operation.endsWhenDrained && operation.transferred > 0 {
+        deliver(operation, done: true, all: true)
+        complete(operation)
+      }
+      return 0
+    }
+    if error != 0 {
+      finish(operation, error: error)
+      return 0
+    }
+    if got == 0 {
+      endOfFile(operation)
+      return 0
+    }
+    received(bytes, by: operation, length: length)
+    return got
+  }
+
+  private func writeReady(_ operation: IOOperation) {
+    while !operation.finished && !operation.pending.isEmpty {
+      var wrote = 0
+      var error: Int32 = 0
+      _ = operation.pending.forEachRegion { _, region in
+        repeat {
+          wrote =
+            isSocket
+            ? send(fd, region.baseAddress, region.count, Int32(MSG_NOSIGNAL))
+            : Glibc.write(fd, region.baseAddress, region.count)
+        } while wrote < 0 && errno == EINTR
+        if wrote < 0 { error = errno }
+        return false
+      }
+      if error == EAGAIN || error == EWOULDBLOCK { return }
+      if error != 0 {
+        finish(operation, error: error)
+        return
+      }
+      didWrite(wrote, by: operation)
+    }
+  }
+
+  // MARK: Progress and completion
+
+  /// New bytes for a read: hands them on as the water marks say; `done` at `length`.
+  private func received(_ bytes: Bytes, by operation: IOOperation, length: Int) {
+    operation.pending = operation.pending + bytes
+    operation.transferred += bytes.count
+    if operation.transferred >= length {
+      deliver(operation, done: true, all: true)
+      complete(operation)
+      return
+    }
+    deliver(operation, done: false, all: false)
+  }
+
+  /// The end of the file: what is held goes out, then `done` with no bytes (libdispatch's
+  /// order).
+  private func endOfFile(_ operation: IOOperation) {
+    if !operation.pending.isEmpty { deliver(operation, done: false, all: true) }
+    operation.post(done: true, Bytes(), 0)
+    complete(operation)
+  }
+
+  /// Hands a read's held bytes to its handler: whole `highWater` chunks, then (with `all`)
+  /// the rest, else the rest only once it reaches the low water mark. The last call carries
+  /// `done` when asked.
+  private func deliver(_ operation: IOOperation, done: Bool, all: Bool) {
+    let highWater = operation.settings.highWater
+    while operation.pending.count > highWater {
+      let chunk = operation.pending[0..<highWater]
+      operation.pending = operation.pending[highWater..<operation.pending.count]
+      operation.post(done: done && operation.pending.isEmpty, chunk, 0)
+    }
+    let rest = operation.pending
+    guard !rest.isEmpty || done else { return }
+    let reachedLow = operation.settings.lowWater.map { rest.count >= Swift.max($0, 1) } ?? false
+    guard all || done || reachedLow || rest.count == highWater else { return }
+    operation.pending = Bytes()
+    operation.post(done: done, rest, 0)
+  }
+
+  /// `count` bytes of a write went out.
+  private func didWrite(_ count: Int, by operation: IOOperation) {
+    operation.pending = operation.pending[count..<operation.pending.count]
+    operation.transferred += count
+    if operation.pending.isEmpty {
+      operation.post(done: true, Bytes(), 0)
+      complete(operation)
+      return
+    }
+    operation.sinceReport += count
+    if let lowWater = operation.settings.lowWater, operation.sinceReport >= Swift.max(lowWater, 1) {
+      operation.sinceReport = 0
+      operation.post(done: false, operation.pending, 0)
+    }
+  }
+
+  /// Ends `operation` with `error` (never 0). A read hands over what it holds first, in calls
+  /// without `done`, then ends with the error and no bytes (io.h's contract, libdispatch's
+  /// order); a write ends with what is left to write.
+  func finish(_ operation: IOOperation, error: Int32) {
+    guard !operation.finished else { return }
+    if case .read = operation.direction {
+      if !operation.pending.isEmpty { deliver(operation, done: false, all: true) }
+      operation.post(done: true, Bytes(), error)
+    } else {
+      operation.post(done: true, operation.pending, error)
+    }
+    complete(operation)
+  }
+}
