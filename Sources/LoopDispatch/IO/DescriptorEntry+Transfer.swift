@@ -24,7 +24,8 @@ extension DescriptorEntry {
       let want = Swift.min(chunk, length - operation.transferred)
       let position = off_t(operation.filePosition)
       let got = readChunk(operation, want: want, length: length) { base, count in
-        operation.settings.kind == .random ? pread(fd, base, count, position) : Glibc.read(fd, base, count)
+        operation.settings.kind == .random
+          ? pread(fd, base, count, position) : Glibc.read(fd, base, count)
       }
       operation.filePosition += Int64(got)
     case .write:
