@@ -20,9 +20,12 @@
 static char directory[64];
 static char log_text[256];  // Events appended on `q`, printed by the main thread.
 
-static void note(const char *event) { strncat(log_text, event, sizeof log_text - strlen(log_text) - 1); }
+static void note(const char *event) {
+  strncat(log_text, event, sizeof log_text - strlen(log_text) - 1);
+}
 
-// Byte i of the pattern: each 4-byte word holds its own index, so a piece tells its offset.
+// Byte i of the pattern: each 4-byte word holds its index times an odd number, so no two
+// words alike and a piece of 4 bytes or more matches one place only.
 static void fill_pattern(unsigned char *bytes, size_t size) {
   for (size_t i = 0; i < size; i++) {
     uint32_t word = (uint32_t)(i / 4) * 2654435761u;
@@ -35,39 +38,6 @@ static int make_file(const char *name, const void *bytes, size_t size, char *pat
   int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
   if (size) pwrite(fd, bytes, size, 0);
   return fd;
-}
-
-// Whether `data` equals `size` bytes at `bytes`.
-static bool data_equals(dispatch_data_t data, const void *bytes, size_t size) {
-  if (!data || dispatch_data_get_size(data) != size) return false;
-  const void *buffer;
-  size_t mapped;
-  dispatch_data_t map = dispatch_data_create_map(data, &buffer, &mapped);
-  bool same = memcmp(buffer, bytes, size) == 0;
-  dispatch_release(map);
-  return same;
-}
-
-// Whether the file at `fd` holds exactly `size` bytes equal to `bytes`.
-static bool file_equals(int fd, const void *bytes, size_t size) {
-  struct stat info;
-  if (fstat(fd, &info) || (size_t)info.st_size != size) return false;
-  unsigned char *here = malloc(size + 1);
-  bool same = pread(fd, here, size, 0) == (ssize_t)size && memcmp(here, bytes, size) == 0;
-  free(here);
-  return same;
-}
-
-static int count_runs(const unsigned char *bytes, size_t size) {
-  int runs = 0;
-  for (size_t i = 0; i < size; i++) runs += i == 0 || bytes[i] != bytes[i - 1];
-  return runs;
-}
-
-static dispatch_data_t filled(char byte, size_t size) {
-  char *bytes = malloc(size);
-  memset(bytes, byte, size);
-  return dispatch_data_create(bytes, size, NULL, DISPATCH_DATA_DESTRUCTOR_FREE);
 }
 
 static dispatch_io_t channel_on(dispatch_io_type_t type, int fd) {
@@ -86,18 +56,6 @@ static void close_pair(dispatch_io_t one, dispatch_io_t other, int cleanups) {
   if (one) dispatch_io_close(one, 0), dispatch_release(one);
   if (other) dispatch_io_close(other, 0), dispatch_release(other);
   for (int cleanup = 0; cleanup < cleanups; cleanup++) wait_step();
-}
-
-// Appends every delivery to *into; signals `step` at done.
-static dispatch_io_handler_t collecting(dispatch_data_t *into, int *last_error) {
-  return (dispatch_io_handler_t)_Block_copy(^(bool done, dispatch_data_t data, int error) {
-    if (data) {
-      dispatch_data_t joined = dispatch_data_create_concat(*into, data);
-      dispatch_release(*into);
-      *into = joined;
-    }
-    if (done) *last_error = error, dispatch_semaphore_signal(step);
-  });
 }
 
 // The pieces each of two channels read (in order), and whether they interleave into `size`
@@ -148,7 +106,9 @@ static unsigned char *drained;  // What the socket reader thread read.
 static size_t drained_size;
 static void *drain(void *fd) {
   ssize_t got;
-  while ((got = read((int)(intptr_t)fd, drained + drained_size, 7 * MIB - drained_size)) > 0) drained_size += got;
+  while ((got = read((int)(intptr_t)fd, drained + drained_size, 7 * MIB - drained_size)) > 0) {
+    drained_size += got;
+  }
   return NULL;
 }
 
@@ -291,8 +251,8 @@ int main(void) {
   dispatch_io_read(derived, 0, 4, q, ^(bool done, dispatch_data_t data, int error) {
     if (!done) return;
     char line[64];
-    snprintf(line, sizeof line, " read-done(%s,%d)", data_equals(data, "AAAA", 4) ? "AAAA" : "other",
-             error);
+    snprintf(line, sizeof line, " read-done(%s,%d)",
+             data_equals(data, "AAAA", 4) ? "AAAA" : "other", error);
     note(line);
     dispatch_semaphore_signal(step);
   });
@@ -306,7 +266,8 @@ int main(void) {
   //    the path.
   int path_fd = make_file("path", original, 64, path);
   __block bool first_gone = false;
-  dispatch_io_t by_path = dispatch_io_create_with_path(DISPATCH_IO_RANDOM, path, O_RDWR, 0, q, ^(int e) {
+  dispatch_io_t by_path = dispatch_io_create_with_path(DISPATCH_IO_RANDOM, path, O_RDWR, 0, q,
+                                                       ^(int error) {
     first_gone = true;
     dispatch_semaphore_signal(step);
   });
@@ -316,7 +277,8 @@ int main(void) {
   printf("path channel read: error %d, its bytes: %s\n", read_error,
          data_equals(path_first, original, 4) ? "yes" : "no");
   dispatch_release(path_first);
-  dispatch_io_t from_path = dispatch_io_create_with_io(DISPATCH_IO_RANDOM, by_path, q, ^(int error) {
+  dispatch_io_t from_path = dispatch_io_create_with_io(DISPATCH_IO_RANDOM, by_path, q,
+                                                       ^(int error) {
     dispatch_semaphore_signal(step);
   });
   dispatch_io_close(by_path, 0);
@@ -360,22 +322,22 @@ int main(void) {
 
   // 6. A barrier covers every channel on the descriptor: one on a second channel, submitted
   //    while a long write on the first is under way, runs after it has written everything.
-  //    (Submitted right after the write, libdispatch may run it first: each channel passes
-  //    its operations and barriers to the descriptor from its own queue.) And in a barrier, a path channel that has
-  //    done nothing yet has a descriptor.
+  //    (Submitted right after the write, libdispatch may run it first: each channel hands
+  //    its operations and barriers to the descriptor from its own queue.) With a high water
+  //    mark of 1 MiB, the 16 MiB write tells its progress (the data left) before done.
+  //    And in a barrier, a path channel that has done nothing yet has a descriptor.
   int barrier_fd = make_file("barrier", NULL, 0, path);
   first = channel_on(DISPATCH_IO_STREAM, barrier_fd);
   second = channel_on(DISPATCH_IO_STREAM, barrier_fd);
   dispatch_data_t big = filled('W', 16 * MIB);
   dispatch_io_set_high_water(first, MIB);
-  __block bool told = false;  // `step` is signalled at the first call and at done.
+  __block int calls = 0;  // `step` is signalled at the first call and at done.
   dispatch_io_write(first, 0, big, q, ^(bool done, dispatch_data_t data, int error) {
-    if (!told || done) dispatch_semaphore_signal(step);
-    if (!told && done) dispatch_semaphore_signal(step);
-    told = true;
+    if (calls++ == 0 || done) dispatch_semaphore_signal(step);
+    if (calls == 1 && done) dispatch_semaphore_signal(step);
   });
   dispatch_release(big);
-  wait_step();  // The write is under way (libdispatch: 1 MiB written, the rest left).
+  wait_step();  // The write is under way.
   dispatch_io_barrier(second, ^{
     struct stat info;
     fstat(barrier_fd, &info);
@@ -385,6 +347,8 @@ int main(void) {
   });
   wait_step();
   wait_step();
+  printf("16 MiB write at high water 1 MiB: calls before done >= 2: %s\n",
+         calls > 2 ? "yes" : "no");
   close_pair(first, second, 2);
   by_path = dispatch_io_create_with_path(DISPATCH_IO_STREAM, path, O_RDONLY, 0, q, ^(int e) {
     dispatch_semaphore_signal(step);
