@@ -1,6 +1,7 @@
-// dispatch_io on streams when operations wait: a path channel on a FIFO nobody writes to,
-// stopped while its read waits for the open; the order in which dispatch_io_close(STOP)
-// cancels the operations queued on two channels; a read with an interval but no
+// dispatch_io on streams when operations wait: a path channel on a FIFO nobody writes to
+// (libdispatch opens it without waiting; its read ends at the end of file) and on one whose
+// writer is idle (the read waits until dispatch_io_close(STOP) cancels it); the order in
+// which STOP cancels the operations queued on two channels; a read with an interval but no
 // DISPATCH_IO_STRICT_INTERVAL on a trickling pipe; a random channel made from a pipe
 // channel. Handlers run on one serial queue; the main thread waits for each with a bound, so
 // a hang prints TIMED OUT (or "came: no") instead of stopping the run.
