@@ -1,10 +1,13 @@
 // What the dispatch_io differential programs share: the serial queue their handlers run on, the
-// semaphore the main thread waits on for each step, and a handler that prints each call.
+// semaphore the main thread waits on for each step, a handler that prints each call, and
+// helpers that compare bytes (data, files, runs) and collect what a read delivers.
 // Include once, after diff_compat.h, in a program's one translation unit.
 #ifndef DIFF_IO_COMMON_H
 #define DIFF_IO_COMMON_H
 
 #include "diff_compat.h"
+
+#include <sys/stat.h>
 
 extern void *_Block_copy(const void *block);
 
@@ -31,6 +34,53 @@ static inline dispatch_io_handler_t printing_calls(const char *name, bool signal
            (int)size, (const char *)buffer, error);
     if (map) dispatch_release(map);
     if (done || signal_each) dispatch_semaphore_signal(step);
+  });
+}
+
+// Whether `data` equals `size` bytes at `bytes`.
+static inline bool data_equals(dispatch_data_t data, const void *bytes, size_t size) {
+  if (!data || dispatch_data_get_size(data) != size) return false;
+  const void *buffer;
+  size_t mapped;
+  dispatch_data_t map = dispatch_data_create_map(data, &buffer, &mapped);
+  bool same = memcmp(buffer, bytes, size) == 0;
+  dispatch_release(map);
+  return same;
+}
+
+// Whether the file at `fd` holds exactly `size` bytes equal to `bytes`.
+static inline bool file_equals(int fd, const void *bytes, size_t size) {
+  struct stat info;
+  if (fstat(fd, &info) || (size_t)info.st_size != size) return false;
+  unsigned char *here = malloc(size + 1);
+  bool same = pread(fd, here, size, 0) == (ssize_t)size && memcmp(here, bytes, size) == 0;
+  free(here);
+  return same;
+}
+
+// How many runs of equal bytes `size` bytes at `bytes` make.
+static inline int count_runs(const unsigned char *bytes, size_t size) {
+  int runs = 0;
+  for (size_t i = 0; i < size; i++) runs += i == 0 || bytes[i] != bytes[i - 1];
+  return runs;
+}
+
+// `size` bytes of `byte`.
+static inline dispatch_data_t filled(char byte, size_t size) {
+  char *bytes = malloc(size);
+  memset(bytes, byte, size);
+  return dispatch_data_create(bytes, size, NULL, DISPATCH_DATA_DESTRUCTOR_FREE);
+}
+
+// Appends every delivery to *into; signals `step` at done.
+static inline dispatch_io_handler_t collecting(dispatch_data_t *into, int *last_error) {
+  return (dispatch_io_handler_t)_Block_copy(^(bool done, dispatch_data_t data, int error) {
+    if (data) {
+      dispatch_data_t joined = dispatch_data_create_concat(*into, data);
+      dispatch_release(*into);
+      *into = joined;
+    }
+    if (done) *last_error = error, dispatch_semaphore_signal(step);
   });
 }
 
