@@ -364,11 +364,11 @@ import Testing
 
 /// Intervals and shared channels.
 @Suite struct IOChannelIntervalAndSharingTests {
-  @Test func anIntervalHandsOverWhatArrivedBelowTheLowWaterMark() throws {
+  @Test func aStrictIntervalHandsOverWhatArrivedBelowTheLowWaterMark() throws {
     let (reader, writer) = try blockingPipe()
     let channel = IOChannel(kind: .stream, fd: reader) { _ in close(reader) }
-    channel.setLowWater(Int.max)  // Never reached: only the interval can deliver.
-    channel.setInterval(.milliseconds(10))
+    channel.setLowWater(Int.max)  // Never reached: only a strict interval can deliver.
+    channel.setInterval(.milliseconds(10), strict: true)
     let first = Latch()
     let seen = Locked<(Bool, [UInt8])?>(nil)
     channel.read(length: Int.max, queue: Queue(label: "io.interval")) { done, data, _ in

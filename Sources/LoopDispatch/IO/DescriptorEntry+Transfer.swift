@@ -18,7 +18,7 @@ extension DescriptorEntry {
     if operation.filePosition < 0 {
       operation.filePosition = operation.settings.base + operation.offset
     }
-    let chunk = 1 << 20
+    let chunk = DescriptorEntry.chunkSize
     switch operation.direction {
     case .read(let length):
       let want = Swift.min(chunk, length - operation.transferred)
@@ -29,19 +29,8 @@ extension DescriptorEntry {
       }
       operation.filePosition += Int64(got)
     case .write:
-      var wrote = 0
-      var error: Int32 = 0
-      let position = off_t(operation.filePosition)
-      _ = operation.pending.forEachRegion { _, region in
-        repeat {
-          wrote =
-            operation.settings.kind == .random
-            ? pwrite(fd, region.baseAddress, region.count, position)
-            : Glibc.write(fd, region.baseAddress, region.count)
-        } while wrote < 0 && errno == EINTR
-        if wrote < 0 { error = errno }
-        return false  // One region per turn.
-      }
+      let (wrote, error) = writeChunk(
+        operation, at: operation.settings.kind == .random ? operation.filePosition : nil)
       if error != 0 {
         finish(operation, error: error)
         return
@@ -91,8 +80,11 @@ extension DescriptorEntry {
       let every = Duration.nanoseconds(Int64(clamping: interval.nanoseconds))
       timer.schedule(deadline: .now + every, repeating: every)
       timer.setEventHandler { [self] in
+        // As libdispatch: a strict interval hands over whatever arrived; another only what
+        // reached the low water mark (which arrival already handed over: the timer then
+        // bounds how long bytes wait only when the mark is reached between reads).
         guard !operation.finished, !operation.pending.isEmpty else { return }
-        deliver(operation, done: false, all: true)
+        deliver(operation, done: false, all: interval.strict)
       }
       operation.intervalTimer = timer
       timer.activate()
@@ -151,18 +143,7 @@ extension DescriptorEntry {
 
   private func writeReady(_ operation: IOOperation) {
     while !operation.finished && !operation.pending.isEmpty {
-      var wrote = 0
-      var error: Int32 = 0
-      _ = operation.pending.forEachRegion { _, region in
-        repeat {
-          wrote =
-            isSocket
-            ? send(fd, region.baseAddress, region.count, Int32(MSG_NOSIGNAL))
-            : Glibc.write(fd, region.baseAddress, region.count)
-        } while wrote < 0 && errno == EINTR
-        if wrote < 0 { error = errno }
-        return false
-      }
+      let (wrote, error) = writeChunk(operation, at: nil)
       if error == EAGAIN || error == EWOULDBLOCK { return }
       if error != 0 {
         finish(operation, error: error)
@@ -171,6 +152,45 @@ extension DescriptorEntry {
       didWrite(wrote, by: operation)
     }
   }
+
+  /// One write call for `operation`: its pending regions gathered (`writev`, `pwritev` at
+  /// `position`, or `sendmsg` with `MSG_NOSIGNAL` on a socket) up to one chunk, as
+  /// libdispatch writes: at most 1 MiB and at most the high water mark, so a long write
+  /// reports its progress between chunks. Retried on `EINTR`. Returns the bytes written and
+  /// 0, or 0 and the error.
+  func writeChunk(_ operation: IOOperation, at position: Int64?) -> (Int, Int32) {
+    let limit = Swift.min(DescriptorEntry.chunkSize, Swift.max(operation.settings.highWater, 1))
+    var vectors: [iovec] = []
+    vectors.reserveCapacity(8)
+    var gathered = 0
+    _ = operation.pending.forEachRegion { _, region in
+      let count = Swift.min(region.count, limit - gathered)
+      // The pointer outlives the closure, safe: the region's storage is kept alive by
+      // `operation.pending` until the call below has returned, and it is only read.
+      vectors.append(
+        iovec(iov_base: UnsafeMutableRawPointer(mutating: region.baseAddress), iov_len: count))
+      gathered += count
+      return gathered < limit && vectors.count < DescriptorEntry.maximumVectors
+    }
+    var wrote = 0
+    repeat {
+      wrote = vectors.withUnsafeMutableBufferPointer { buffer in
+        let count = Int32(buffer.count)
+        if let position { return pwritev(fd, buffer.baseAddress, count, off_t(position)) }
+        guard isSocket else { return writev(fd, buffer.baseAddress, count) }
+        var message = msghdr()
+        message.msg_iov = buffer.baseAddress
+        message.msg_iovlen = buffer.count
+        return sendmsg(fd, &message, Int32(MSG_NOSIGNAL))
+      }
+    } while wrote < 0 && errno == EINTR
+    return wrote < 0 ? (0, errno) : (wrote, 0)
+  }
+
+  /// The most bytes one read or write call moves (libdispatch's chunk on Linux).
+  static let chunkSize = 1 << 20
+  /// The most regions one gathered write passes.
+  static let maximumVectors = 64
 
   // MARK: Progress and completion
 

@@ -357,8 +357,9 @@ public final class IOChannel: @unchecked Sendable {
     }
   }
 
-  /// Calls read handlers with what arrived at least every `interval`, whatever the low
-  /// water mark (`strict`: exactly at that interval).
+  /// Calls read handlers at least every `interval`. With `strict`, whatever arrived goes out
+  /// at each tick, below the low water mark too; without, only what reached it (io.h's
+  /// `DISPATCH_IO_STRICT_INTERVAL`, libdispatch's behaviour).
   public func setInterval(_ interval: Duration, strict: Bool = false) {
     let nanoseconds = UInt64(clamping: interval.saturatingNanoseconds)
     control.async { [self] in self.interval = (nanoseconds, strict) }
