@@ -35,7 +35,8 @@ import Testing
     let size = 3 << 20
     let original = (0..<size).map { UInt8(truncatingIfNeeded: $0 % 251) }
     #expect(pwrite(fd, original, size, 0) == size)
-    let channel = IOChannel(kind: .stream, fd: fd)
+    let cleaned = Latch()
+    let channel = IOChannel(kind: .stream, fd: fd) { _ in cleaned.open() }
     // Submitted back to back from one thread: the write must wait for the read (they move
     // one file position).
     let read = Locked(Bytes())
@@ -52,6 +53,7 @@ import Testing
     #expect(finished.wait(timeout: .now + .seconds(30)) == .success)
     #expect(finished.wait(timeout: .now + .seconds(30)) == .success)
     channel.close()
+    #expect(cleaned.wait(seconds: 30))
     #expect(read.value.array == original)
     let after = contents(of: fd, count: size + (1 << 20) + 1)
     #expect(after.count == size + (1 << 20))
@@ -105,8 +107,9 @@ import Testing
     let (ours, theirs) = try socketPair()
     defer { close(theirs) }
     let size = scaled(4 << 20)
-    let writer = IOChannel(kind: .stream, fd: ours)
-    let other = IOChannel(kind: .stream, fd: ours)
+    let cleaned = Semaphore(value: 0)
+    let writer = IOChannel(kind: .stream, fd: ours) { _ in cleaned.signal() }
+    let other = IOChannel(kind: .stream, fd: ours) { _ in cleaned.signal() }
     let order = Locked<[String]>([])
     let barrierRan = Latch()
     writer.write(data: Bytes(repeatElement(1 as UInt8, count: size)), queue: .global()) {
@@ -124,6 +127,9 @@ import Testing
     #expect(order.value == ["write done", "barrier"])
     writer.close()
     other.close()
+    // The descriptor is the caller's again only once the cleanups have run.
+    #expect(cleaned.wait(timeout: .now + .seconds(30)) == .success)
+    #expect(cleaned.wait(timeout: .now + .seconds(30)) == .success)
     close(ours)
   }
 
@@ -132,12 +138,14 @@ import Testing
     defer { close(fd) }
     #expect(pwrite(fd, "0123456789", 10, 0) == 10)
     #expect(lseek(fd, 0, SEEK_SET) == 0)
+    let cleaned = Latch()
     let stream = IOChannel(kind: .stream, fd: fd)
     #expect(try await stream.read(length: 4).array == Array("0123".utf8))
-    let random = IOChannel(kind: .random, sharing: stream)
+    let random = IOChannel(kind: .random, sharing: stream) { _ in cleaned.open() }
     #expect(try await random.read(offset: 0, length: 3).array == Array("456".utf8))
     random.close()
     stream.close()
+    #expect(cleaned.wait(seconds: 30))
   }
 
   @Test func aChannelMadeFromAPathChannelHasADescriptorOfItsOwn() async throws {
@@ -163,6 +171,26 @@ import Testing
     #expect(pwrite(reused, "other file", 10, 0) == 10)
     #expect(try await second.read(offset: 0, length: 10).array == Array("path bytes".utf8))
     second.close()
+  }
+
+  @Test func aNumberClosedUnderAChannelAndReusedGetsAnEntryOfItsOwn() async throws {
+    let (ours, theirs) = try socketPair()
+    defer { close(theirs) }
+    let stale = IOChannel(kind: .stream, fd: ours)
+    #expect(Glibc.write(theirs, "x", 1) == 1)
+    #expect(try await stale.read(length: 1).array == Array("x".utf8))
+    // Against the contract, the number is made to name a file while `stale` still uses it.
+    let file = try temporaryFile()
+    defer { close(file) }
+    #expect(dup2(file, ours) == ours)
+    let cleaned = Semaphore(value: 0)
+    let fresh = IOChannel(kind: .random, fd: ours) { _ in cleaned.signal() }
+    try await fresh.write(offset: 0, Bytes(Array("abc".utf8)))
+    #expect(contents(of: file, count: 4) == Array("abc".utf8))
+    fresh.close()
+    #expect(cleaned.wait(timeout: .now + .seconds(30)) == .success)
+    stale.close()
+    close(ours)
   }
 
   @Test func aPathChannelOnAFIFOWithNoWriterOpensWithoutWaitingForOne() throws {

@@ -152,8 +152,6 @@ extension DescriptorEntry {
   /// Takes a finished operation out of its lane and runs what may follow.
   func complete(_ operation: IOOperation) {
     operation.finished = true
-    operation.source?.cancel()
-    operation.source = nil
     operation.intervalTimer?.cancel()
     operation.intervalTimer = nil
     if operation.lane >= 0 {

@@ -56,24 +56,9 @@ extension DescriptorEntry {
     case .barrier: return
     }
     if operation.finished { return }
-    let source: Source
-    do {
-      switch operation.direction {
-      case .read: source = try ReadSource(fd: fd, queue: queue, label: "io.channel.read")
-      case .write: source = try WriteSource(fd: fd, queue: queue, label: "io.channel.write")
-      case .barrier: return
-      }
-    } catch {
+    guard awaitReadiness(of: operation.lane) else {
       finish(operation, error: EBADF)
       return
-    }
-    operation.source = source
-    source.setEventHandler { [self] in
-      switch operation.direction {
-      case .read(let length): readReady(operation, length: length)
-      case .write: writeReady(operation)
-      case .barrier: break
-      }
     }
     if let interval = operation.settings.interval, case .read = operation.direction {
       let timer = TimerSource(queue: queue, label: "io.channel.interval")
@@ -89,10 +74,9 @@ extension DescriptorEntry {
       operation.intervalTimer = timer
       timer.activate()
     }
-    source.activate()
   }
 
-  private func readReady(_ operation: IOOperation, length: Int) {
+  func readReady(_ operation: IOOperation, length: Int) {
     let chunk = 64 * 1024
     while !operation.finished && operation.transferred < length {
       let want = Swift.min(chunk, length - operation.transferred)
@@ -141,7 +125,7 @@ extension DescriptorEntry {
     return got
   }
 
-  private func writeReady(_ operation: IOOperation) {
+  func writeReady(_ operation: IOOperation) {
     while !operation.finished && !operation.pending.isEmpty {
       let (wrote, error) = writeChunk(operation, at: nil)
       if error == EAGAIN || error == EWOULDBLOCK { return }

@@ -69,6 +69,10 @@ final class DescriptorEntry: @unchecked Sendable {
   /// The lanes: `lanes[Lane.read]`, `[Lane.write]`, `[Lane.fileStream]`; each runs its first
   /// operation, the others wait behind it.
   var lanes: [[IOOperation]] = [[], [], []]
+  /// The readiness sources of `Lane.read` and `Lane.write` (`DescriptorEntry+Readiness`),
+  /// made at the first wait and kept for the entry's life; `listening`: resumed.
+  var readiness: [Source?] = [nil, nil]
+  var listening = [false, false]
   /// Finished operations whose last handler call has not run yet (barriers wait for them).
   var undelivered = 0
   /// Whether a barrier's body is running (``IOChannel/fileDescriptor`` may then open a path).
@@ -79,6 +83,9 @@ final class DescriptorEntry: @unchecked Sendable {
   var pumpAgain = false
 
   // MARK: Registry-lock state
+
+  /// A registered entry: the file its number named when it was made (device and inode).
+  private var file = (device: UInt64(0), inode: UInt64(0))
 
   /// Channels using the entry (joined and not yet left).
   private var holders = 0
@@ -121,10 +128,14 @@ final class DescriptorEntry: @unchecked Sendable {
       let error = check(status.st_mode)
       guard error == 0 else { return (nil, error) }
       let entry: DescriptorEntry
-      if let found = entries[fd] {
+      let file = (device: UInt64(status.st_dev), inode: UInt64(status.st_ino))
+      if let found = entries[fd], found.file == file {
         entry = found
       } else {
-        entry = make(fd: fd, mode: status.st_mode)
+        // None, or a stale one: its number was closed while a channel still used it (before
+        // the cleanup handlers ran, against the contract) and now names another file. The
+        // new file gets an entry of its own; the stale one leaves the table and ends alone.
+        entry = make(fd: fd, mode: status.st_mode, file: file)
         entries[fd] = entry
       }
       entry.holders += 1
@@ -135,7 +146,9 @@ final class DescriptorEntry: @unchecked Sendable {
 
   /// A new registered entry for `fd` (under the registry lock): typed now, and its flags set
   /// as libdispatch sets them (a file blocking, anything else non-blocking).
-  private static func make(fd: Int32, mode: mode_t) -> DescriptorEntry {
+  private static func make(
+    fd: Int32, mode: mode_t, file: (device: UInt64, inode: UInt64)
+  ) -> DescriptorEntry {
     let type = mode & S_IFMT
     // Regular files and block devices, and character devices epoll refuses (/dev/null,
     // /dev/zero: EPERM), are read and written with blocking calls; a readiness source on
@@ -149,6 +162,7 @@ final class DescriptorEntry: @unchecked Sendable {
       if wanted != flags, fcntl(fd, F_SETFL, wanted) == 0 { restoring = flags }
     }
     let entry = DescriptorEntry(origin: .descriptor(restoring: restoring), fd: fd)
+    entry.file = file
     // Written before the entry is published (the registry lock orders them for every later
     // reader on `queue`).
     entry.prepared = true
@@ -184,15 +198,18 @@ final class DescriptorEntry: @unchecked Sendable {
         holders -= 1
         guard holders == 0 else { return nil }
         ended = true
-        if case .descriptor(let restoring) = origin {
+        // A stale entry (replaced in the table: its number names another file now) leaves
+        // that file's flags alone.
+        if case .descriptor(let restoring) = origin, entries[fd] === self {
           if let restoring { _ = fcntl(fd, F_SETFL, restoring) }
-          if entries[fd] === self { entries[fd] = nil }
+          entries[fd] = nil
         }
         defer { cleanups = [] }
         return cleanups
       }
     guard let handlers else { return }
     queue.async { [self] in
+      stopListening()
       if case .path = origin, fd >= 0 { _ = Glibc.close(fd) }
       fd = -1
       for cleanup in handlers {

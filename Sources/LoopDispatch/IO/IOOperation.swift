@@ -57,8 +57,6 @@ final class IOOperation: @unchecked Sendable {
   var endsWhenDrained = false
   /// Set once its `done` call is posted; nothing runs for it afterwards.
   var finished = false
-  /// Readiness of the descriptor, while a stream operation waits for it.
-  var source: Source?
   /// `IOChannel.setInterval`'s timer, while a read runs.
   var intervalTimer: TimerSource?
 
