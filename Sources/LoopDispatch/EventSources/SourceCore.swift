@@ -286,12 +286,22 @@ class SourceCore: @unchecked Sendable {
   /// timer, a signal): their handler may run at once on that thread when the target is idle.
   /// A call made by client code (`DataSource.post`, a regular file's activation) passes
   /// false: the handler then always runs later as work of its queue, never inside the call.
+  ///
+  /// Ordering: a signal and a `resume` on another thread form a store-then-load pair on each
+  /// side (this stores `pendingData` then loads `suspendCount`; `resume` stores
+  /// `suspendCount` then loads `pendingData`). Both stores and both loads are sequentially
+  /// consistent, so in their single total order at least one side sees the other's store and
+  /// schedules the delivery. With a releasing store here (a plain `mov` on x86, which the
+  /// store buffer lets the following load overtake) both could read the old values: the
+  /// event kept as pending data with nobody to deliver it, and a readiness source left
+  /// disarmed for good. Dispatch I/O channels, which suspend and resume their readiness
+  /// source around every wait, lost an echo's wake-up about once in 50 runs that way.
   @discardableResult
   func signal(_ value: UInt, mayRunInline: Bool = true) -> Scheduling {
     switch merge {
-    case .add: pendingData.wrappingAdd(value, ordering: .acquiringAndReleasing)
-    case .or: pendingData.bitwiseOr(value, ordering: .acquiringAndReleasing)
-    case .replace: pendingData.store(value, ordering: .releasing)
+    case .add: pendingData.wrappingAdd(value, ordering: .sequentiallyConsistent)
+    case .or: pendingData.bitwiseOr(value, ordering: .sequentiallyConsistent)
+    case .replace: pendingData.store(value, ordering: .sequentiallyConsistent)
     }
     return scheduleDelivery(mayRunInline: mayRunInline)
   }
@@ -311,11 +321,12 @@ class SourceCore: @unchecked Sendable {
   /// and client posts always queue it.
   @discardableResult
   func scheduleDelivery(mayRunInline: Bool = false) -> Scheduling {
-    var current = status.load(ordering: .acquiring)
+    var current = status.load(ordering: .sequentiallyConsistent)
     while true {
+      // Sequentially consistent loads: see `signal`.
       guard current & Self.activated != 0, current & (Self.pending | Self.cancelled) == 0,
-        suspendCount.load(ordering: .acquiring) == 0,
-        pendingData.load(ordering: .acquiring) != 0
+        suspendCount.load(ordering: .sequentiallyConsistent) == 0,
+        pendingData.load(ordering: .sequentiallyConsistent) != 0
       else { return .notScheduled }
       let (claimed, actual) = status.compareExchange(
         expected: current, desired: current | Self.pending, ordering: .acquiringAndReleasing)
@@ -385,7 +396,9 @@ class SourceCore: @unchecked Sendable {
       // Suspended meanwhile: keep the data for the delivery after resume.
       signalWithoutScheduling(merged)
     }
-    let previous = status.bitwiseAnd(~Self.pending, ordering: .acquiringAndReleasing).oldValue
+    // Sequentially consistent: with `scheduleDelivery`'s load of `status`, the other half of
+    // the pair `finishDelivery` completes (see `signal`).
+    let previous = status.bitwiseAnd(~Self.pending, ordering: .sequentiallyConsistent).oldValue
     if previous & Self.cancelled != 0 {
       cancelStepDone()
       return false
@@ -397,7 +410,9 @@ class SourceCore: @unchecked Sendable {
   /// Any thread (PENDING is already clear, as for any delivery's re-arm).
   private func finishDelivery() {
     didDeliver()
-    if pendingData.load(ordering: .acquiring) != 0 { scheduleDelivery() }
+    // Sequentially consistent, as `signal`'s pair: a signal that found PENDING still set
+    // (before the clear above) stored its data first, and this load sees it.
+    if pendingData.load(ordering: .sequentiallyConsistent) != 0 { scheduleDelivery() }
   }
 
   private func signalWithoutScheduling(_ value: UInt) {

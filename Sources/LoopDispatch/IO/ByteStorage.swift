@@ -39,6 +39,14 @@ final class ByteStorage: @unchecked Sendable {
     release = .client(deallocator)
   }
 
+  /// Memory from `UnsafeMutableRawPointer.allocate` (at least `count` bytes, already
+  /// written: a read's), adopted without a copy and deallocated with the storage.
+  init(adopting memory: UnsafeMutableRawPointer, count: Int) {
+    base = UnsafeRawPointer(memory)
+    self.count = count
+    release = .owned
+  }
+
   /// `count` bytes of new memory that `fill` writes before anyone else sees the storage (a
   /// read may write only a prefix: the `Bytes` regions over it then cover only that prefix).
   init(count: Int, fill: (UnsafeMutableRawBufferPointer) -> Void) {

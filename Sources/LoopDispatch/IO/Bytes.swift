@@ -103,6 +103,11 @@ public struct Bytes: Sendable {
     self.init(regions: [Region(storage: storage, offset: 0, count: count)])
   }
 
+  /// All of `storage`'s bytes (a read's buffer, handed over without a copy).
+  init(adopting storage: ByteStorage) {
+    self.init(regions: [Region(storage: storage, offset: 0, count: storage.count)])
+  }
+
   /// Up to `capacity` bytes that `fill` writes into new memory, returning how many it wrote
   /// (a read). A short fill is copied into memory of its own size when it uses less than
   /// half, so a few bytes read into a large buffer do not keep the buffer.

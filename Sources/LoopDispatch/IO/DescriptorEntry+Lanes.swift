@@ -18,8 +18,9 @@ import Glibc
 ///    from (io.h: a barrier covers every channel on the descriptor). Then the operations
 ///    after it are placed, up to the next barrier.
 /// 4. **The last handler call comes before what waits for it.** A finished operation counts
-///    in `undelivered` until its handler queue has run its last call; barriers, and the
-///    channel's leaving (which may end the entry and run the cleanup handlers), wait for it.
+///    in `undelivered` from the moment its last call is posted until that call has run and
+///    hopped back (`IOOperation.post`, `delivered`); barriers, and the channel's leaving
+///    (which may end the entry and run the cleanup handlers), wait for it.
 extension DescriptorEntry {
   /// Indexes into `lanes`.
   enum Lane {
@@ -126,27 +127,15 @@ extension DescriptorEntry {
   /// Ends an operation that never reached a lane with `error` (0: an empty transfer).
   func fail(_ operation: IOOperation, _ error: Int32) {
     operation.post(done: true, operation.isRead ? Bytes() : operation.pending, error)
-    awaitDelivery(of: operation)
   }
 
-  /// Invariant 4: counts `operation` as undelivered until its handler queue has run its last
-  /// call (the queue is serial: a block queued after the calls runs after them), then lets
-  /// its channel know and runs what may follow.
-  func awaitDelivery(of operation: IOOperation) {
-    guard let handlerQueue = operation.queue else {
-      operation.channel?.operationEnded()
-      operation.channel = nil
-      return
-    }
-    undelivered += 1
-    handlerQueue.async { [self] in
-      queue.async { [self] in
-        undelivered -= 1
-        operation.channel?.operationEnded()
-        operation.channel = nil
-        pump()
-      }
-    }
+  /// Invariant 4: the last handler call of `operation` has run (its `post` hopped back here):
+  /// its channel learns it, and what waited for it may run.
+  func delivered(_ operation: IOOperation) {
+    undelivered -= 1
+    operation.channel?.operationEnded()
+    operation.channel = nil
+    pump()
   }
 
   /// Takes a finished operation out of its lane and runs what may follow.
@@ -157,7 +146,6 @@ extension DescriptorEntry {
     if operation.lane >= 0 {
       lanes[operation.lane].removeAll { $0 === operation }
     }
-    awaitDelivery(of: operation)
     pump()
   }
 }

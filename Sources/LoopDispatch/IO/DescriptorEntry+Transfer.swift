@@ -95,14 +95,14 @@ extension DescriptorEntry {
     _ operation: IOOperation, want: Int, length: Int,
     _ call: (UnsafeMutableRawPointer?, Int) -> Int
   ) -> Int {
-    var got = 0
     var error: Int32 = 0
-    let bytes = Bytes(readingUpTo: want) { buffer in
+    let (bytes, got) = readBuffer.read(want: want) { memory, want in
+      var got = 0
       repeat {
-        got = call(buffer.baseAddress, want)
+        got = call(memory, want)
       } while got < 0 && errno == EINTR
       if got < 0 { error = errno }
-      return Swift.max(got, 0)
+      return got
     }
     if error == EAGAIN || error == EWOULDBLOCK {
       // Drained: a one-shot read that got bytes ends with them (libdispatch completes a
@@ -144,31 +144,38 @@ extension DescriptorEntry {
   /// 0, or 0 and the error.
   func writeChunk(_ operation: IOOperation, at position: Int64?) -> (Int, Int32) {
     let limit = Swift.min(DescriptorEntry.chunkSize, Swift.max(operation.settings.highWater, 1))
-    var vectors: [iovec] = []
-    vectors.reserveCapacity(8)
-    var gathered = 0
-    _ = operation.pending.forEachRegion { _, region in
-      let count = Swift.min(region.count, limit - gathered)
-      // The pointer outlives the closure, safe: the region's storage is kept alive by
-      // `operation.pending` until the call below has returned, and it is only read.
-      vectors.append(
-        iovec(iov_base: UnsafeMutableRawPointer(mutating: region.baseAddress), iov_len: count))
-      gathered += count
-      return gathered < limit && vectors.count < DescriptorEntry.maximumVectors
-    }
-    var wrote = 0
-    repeat {
-      wrote = vectors.withUnsafeMutableBufferPointer { buffer in
-        let count = Int32(buffer.count)
-        if let position { return pwritev(fd, buffer.baseAddress, count, off_t(position)) }
-        guard isSocket else { return writev(fd, buffer.baseAddress, count) }
-        var message = msghdr()
-        message.msg_iov = buffer.baseAddress
-        message.msg_iovlen = buffer.count
-        return sendmsg(fd, &message, Int32(MSG_NOSIGNAL))
+    // The vectors live on the stack: no allocation per write.
+    return withUnsafeTemporaryAllocation(
+      of: iovec.self, capacity: DescriptorEntry.maximumVectors
+    ) { vectors in
+      var used = 0
+      var gathered = 0
+      _ = operation.pending.forEachRegion { _, region in
+        let count = Swift.min(region.count, limit - gathered)
+        // The pointer outlives the closure, safe: the region's storage is kept alive by
+        // `operation.pending` until the call below has returned, and it is only read.
+        vectors[used] = iovec(
+          iov_base: UnsafeMutableRawPointer(mutating: region.baseAddress), iov_len: count)
+        used += 1
+        gathered += count
+        return gathered < limit && used < vectors.count
       }
-    } while wrote < 0 && errno == EINTR
-    return wrote < 0 ? (0, errno) : (wrote, 0)
+      let base = vectors.baseAddress
+      var wrote = 0
+      repeat {
+        if let position {
+          wrote = pwritev(fd, base, Int32(used), off_t(position))
+        } else if isSocket {
+          var message = msghdr()
+          message.msg_iov = base
+          message.msg_iovlen = used
+          wrote = sendmsg(fd, &message, Int32(MSG_NOSIGNAL))
+        } else {
+          wrote = writev(fd, base, Int32(used))
+        }
+      } while wrote < 0 && errno == EINTR
+      return wrote < 0 ? (0, errno) : (wrote, 0)
+    }
   }
 
   /// The most bytes one read or write call moves (libdispatch's chunk on Linux).

@@ -64,6 +64,8 @@ final class DescriptorEntry: @unchecked Sendable {
   /// A path entry: the file type the channel's check found at creation (a missing file
   /// that `O_CREAT` will make counts as regular), which decides `O_NONBLOCK` at the open.
   var pathType: mode_t = S_IFREG
+  /// The memory reads go into, kept while reads come back empty or short.
+  let readBuffer = ReadBuffer()
   /// Operations behind a barrier, in submission order (the barrier first).
   var held: [IOOperation] = []
   /// The lanes: `lanes[Lane.read]`, `[Lane.write]`, `[Lane.fileStream]`; each runs its first

@@ -85,15 +85,32 @@ final class IOOperation: @unchecked Sendable {
     pending = Bytes()
   }
 
-  /// Submits one handler call. Calls of one operation go to its queue in order; with `done`
-  /// the operation is finished.
+  /// Submits one handler call. Calls of one operation go to its queue in order. With `done`
+  /// the operation is finished, and the same block, after the handler, hops back to the
+  /// entry's queue to count the last call as delivered (`DescriptorEntry.delivered`): what
+  /// waits for the handler (a barrier, the channel's leaving) waits for that hop.
   func post(done: Bool, _ data: Bytes, _ error: Int32) {
-    if done { finished = true }
     guard let queue else { return }
-    if let readHandler {
-      queue.async { readHandler(done, data, error) }
-    } else if let writeHandler {
-      queue.async { writeHandler(done, data, error) }
+    guard done else {
+      if let readHandler {
+        queue.async { readHandler(false, data, error) }
+      } else if let writeHandler {
+        queue.async { writeHandler(false, data, error) }
+      }
+      return
+    }
+    finished = true
+    let entry = channel?.entry
+    entry?.undelivered += 1
+    let (readHandler, writeHandler) = (self.readHandler, self.writeHandler)
+    queue.async { [self] in
+      if let readHandler {
+        readHandler(true, data, error)
+      } else if let writeHandler {
+        writeHandler(true, data, error)
+      }
+      guard let entry else { return }
+      entry.queue.async { [self] in entry.delivered(self) }
     }
   }
 
