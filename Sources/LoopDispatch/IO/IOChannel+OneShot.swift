@@ -8,8 +8,9 @@ extension IOChannel {
   /// error and the error's `errno`. A file is read to `length` or its end; a stream (a pipe,
   /// a socket) until `length`, its end, or, as libdispatch's `dispatch_read`, the first time
   /// a read finds nothing more after some bytes arrived: what is there now, not a full
-  /// `length`. The handler runs after the channel has given the descriptor back (its flags
-  /// restored), so it may close it.
+  /// `length`. The handler runs once no channel uses the descriptor any more (its flags
+  /// restored), so it may close it; as libdispatch's, it therefore waits for any other
+  /// channel still open on the same descriptor to be closed.
   public static func read(
     from fd: Int32, length: Int, queue: Queue,
     handler: @escaping @Sendable (_ data: Bytes, _ error: Int32) -> Void
@@ -28,8 +29,8 @@ extension IOChannel {
   }
 
   /// Writes `data` to `fd` and calls `handler` once on `queue` with what could not be
-  /// written (empty when all was) and the error's `errno` (0: none), after the channel has
-  /// given the descriptor back.
+  /// written (empty when all was) and the error's `errno` (0: none), once no channel uses the
+  /// descriptor any more (as for ``read(from:length:queue:handler:)``).
   public static func write(
     to fd: Int32, data: Bytes, queue: Queue,
     handler: @escaping @Sendable (_ remaining: Bytes, _ error: Int32) -> Void
