@@ -16,6 +16,12 @@ import MainLoop
 /// Regular files are read and written with `pread`/`pwrite` (or `read`/`write` on a stream
 /// channel) by a pool worker.
 ///
+/// Handlers: when the handler's queue is a serial queue with nothing queued or running, the
+/// handler runs at once on the thread that moved the bytes, with that queue claimed as an
+/// uncontended `sync` would (one hop less; fd sources do the same). It then holds the
+/// descriptor's queue while it runs, as a handler running long holds its own queue: a handler
+/// must not block until another operation on the same descriptor makes progress.
+///
 /// Order and lifetime (every channel and one-shot call on one descriptor shares one entry,
 /// `DescriptorEntry`, and these rules hold across all of them):
 /// - Operations start in submission order: reads one at a time, writes one at a time, a read

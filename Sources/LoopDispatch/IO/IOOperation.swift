@@ -86,31 +86,42 @@ final class IOOperation: @unchecked Sendable {
   }
 
   /// Submits one handler call. Calls of one operation go to its queue in order. With `done`
-  /// the operation is finished, and the same block, after the handler, hops back to the
-  /// entry's queue to count the last call as delivered (`DescriptorEntry.delivered`): what
-  /// waits for the handler (a barrier, the channel's leaving) waits for that hop.
+  /// the operation is finished, and after the handler a block on the entry's queue counts
+  /// the last call as delivered (`DescriptorEntry.delivered`): what waits for the handler (a
+  /// barrier, the channel's leaving) waits for that block.
+  ///
+  /// When the handler's queue is a serial queue whose chain is idle (nothing queued, nothing
+  /// running, not suspended) the call runs here, on the entry's thread, with the chain
+  /// claimed as an uncontended `sync` would (`trySyncLockChain`): one hop less, as fd
+  /// sources' inline handlers. Order holds: an idle queue has no earlier call of this
+  /// operation still waiting. The delivered block then goes to the entry's queue, which this
+  /// thread is running: no wake-up. A busy queue gets the call as a block, in order.
   func post(done: Bool, _ data: Bytes, _ error: Int32) {
     guard let queue else { return }
-    guard done else {
-      if let readHandler {
-        queue.async { readHandler(false, data, error) }
-      } else if let writeHandler {
-        queue.async { writeHandler(false, data, error) }
-      }
+    let entry = done ? channel?.entry : nil
+    if done {
+      finished = true
+      entry?.undelivered += 1
+    }
+    if queue.kind == .serial, queue.trySyncLockChain(lowestPriority: .default) {
+      queue.withLockedChainFrames { call(done, data, error) }
+      queue.unlockSyncChain()
+      if let entry { entry.queue.async { [self] in entry.delivered(self) } }
       return
     }
-    finished = true
-    let entry = channel?.entry
-    entry?.undelivered += 1
-    let (readHandler, writeHandler) = (self.readHandler, self.writeHandler)
     queue.async { [self] in
-      if let readHandler {
-        readHandler(true, data, error)
-      } else if let writeHandler {
-        writeHandler(true, data, error)
-      }
+      call(done, data, error)
       guard let entry else { return }
       entry.queue.async { [self] in entry.delivered(self) }
+    }
+  }
+
+  /// Calls the handler.
+  private func call(_ done: Bool, _ data: Bytes, _ error: Int32) {
+    if let readHandler {
+      readHandler(done, data, error)
+    } else if let writeHandler {
+      writeHandler(done, data, error)
     }
   }
 
