@@ -126,7 +126,7 @@ extension DescriptorEntry {
   }
 
   func writeReady(_ operation: IOOperation) {
-    while !operation.finished && !operation.pending.isEmpty {
+    while !operation.finished && operation.writeOffset < operation.pending.count {
       let (wrote, error) = writeChunk(operation, at: nil)
       if error == EAGAIN || error == EWOULDBLOCK { return }
       if error != 0 {
@@ -150,12 +150,18 @@ extension DescriptorEntry {
     ) { vectors in
       var used = 0
       var gathered = 0
-      _ = operation.pending.forEachRegion { _, region in
-        let count = Swift.min(region.count, limit - gathered)
+      let start = operation.writeOffset
+      _ = operation.pending.forEachRegion { offset, region in
+        // Regions already written are skipped; the first one left starts where the last
+        // write ended.
+        guard offset + region.count > start else { return true }
+        let skip = Swift.max(start - offset, 0)
+        let count = Swift.min(region.count - skip, limit - gathered)
         // The pointer outlives the closure, safe: the region's storage is kept alive by
         // `operation.pending` until the call below has returned, and it is only read.
         vectors[used] = iovec(
-          iov_base: UnsafeMutableRawPointer(mutating: region.baseAddress), iov_len: count)
+          iov_base: UnsafeMutableRawPointer(mutating: region.baseAddress.map { $0 + skip }),
+          iov_len: count)
         used += 1
         gathered += count
         return gathered < limit && used < vectors.count
@@ -223,19 +229,22 @@ extension DescriptorEntry {
     operation.post(done: done, rest, 0)
   }
 
-  /// `count` bytes of a write went out.
+  /// `count` bytes of a write went out. The data is not re-sliced per write (an allocation
+  /// each): `writeOffset` moves, and the bytes left are cut out only for a report.
   private func didWrite(_ count: Int, by operation: IOOperation) {
-    operation.pending = operation.pending[count..<operation.pending.count]
+    operation.writeOffset += count
     operation.transferred += count
-    if operation.pending.isEmpty {
+    if operation.writeOffset >= operation.pending.count {
       operation.post(done: true, Bytes(), 0)
       complete(operation)
       return
     }
     operation.sinceReport += count
-    if let lowWater = operation.settings.lowWater, operation.sinceReport >= Swift.max(lowWater, 1) {
+    if let lowWater = operation.settings.lowWater,
+      operation.sinceReport >= Swift.max(lowWater, 1)
+    {
       operation.sinceReport = 0
-      operation.post(done: false, operation.pending, 0)
+      operation.post(done: false, operation.unwritten, 0)
     }
   }
 
@@ -248,7 +257,7 @@ extension DescriptorEntry {
       if !operation.pending.isEmpty { deliver(operation, done: false, all: true) }
       operation.post(done: true, Bytes(), error)
     } else {
-      operation.post(done: true, operation.pending, error)
+      operation.post(done: true, operation.unwritten, error)
     }
     complete(operation)
   }

@@ -43,8 +43,13 @@ final class IOOperation: @unchecked Sendable {
   private let readHandler: IOChannel.ReadHandler?
   private let writeHandler: IOChannel.WriteHandler?
 
-  /// A read: bytes received and not yet handed over. A write: bytes not yet written.
+  /// A read: bytes received and not yet handed over. A write: its data, of which the first
+  /// `writeOffset` bytes have gone out.
   var pending: Bytes
+  /// A write: how many bytes of `pending` have gone out.
+  var writeOffset = 0
+  /// A write: the bytes not yet written.
+  var unwritten: Bytes { pending[writeOffset..<pending.count] }
   /// Bytes read or written so far.
   var transferred = 0
   /// A file operation: where its next chunk goes (-1 until its first chunk).
