@@ -41,8 +41,11 @@ public struct Bytes: Sendable {
     case custom(queue: Queue, body: @Sendable () -> Void)
   }
 
-  /// The regions in order, none empty.
-  let regions: [Region]
+  /// The first region (nil when empty) and the others, in order, none empty. Bytes in one
+  /// region (a read's buffer, a copy) hold it without an array: an array allocates, and an
+  /// empty one does not.
+  private let head: Region?
+  private let tail: [Region]
   /// The total length in bytes.
   public let count: Int
 
@@ -51,13 +54,47 @@ public struct Bytes: Sendable {
 
   /// No bytes.
   public init() {
-    regions = []
+    head = nil
+    tail = []
     count = 0
   }
 
+  /// One region.
+  init(region: Region) {
+    head = region
+    tail = []
+    count = region.count
+  }
+
+  private init(head: Region, tail: [Region], count: Int) {
+    self.head = head
+    self.tail = tail
+    self.count = count
+  }
+
+  /// The regions in order (none empty).
   init(regions: [Region]) {
-    self.regions = regions
+    head = regions.first
+    tail = regions.count > 1 ? Array(regions.dropFirst()) : []
     count = regions.reduce(0) { $0 + $1.count }
+  }
+
+  /// The regions in order, as an array (allocates when there is more than none).
+  var regions: [Region] {
+    guard let head else { return [] }
+    return tail.isEmpty ? [head] : [head] + tail
+  }
+
+  /// Calls `body` with each region in order until it returns false; returns false if it
+  /// did. No array is made.
+  @inline(__always)
+  private func forEachStoredRegion(_ body: (Region) throws -> Bool) rethrows -> Bool {
+    guard let head else { return true }
+    guard try body(head) else { return false }
+    for region in tail {
+      guard try body(region) else { return false }
+    }
+    return true
   }
 
   /// A copy of the bytes in `buffer`.
@@ -66,7 +103,7 @@ public struct Bytes: Sendable {
       self.init()
     } else {
       let storage = ByteStorage(copying: buffer)
-      self.init(regions: [Region(storage: storage, offset: 0, count: storage.count)])
+      self.init(region: Region(storage: storage, offset: 0, count: storage.count))
     }
   }
 
@@ -90,7 +127,7 @@ public struct Bytes: Sendable {
       self.init()  // `storage` is released here, which runs the deallocator once.
       return
     }
-    self.init(regions: [Region(storage: storage, offset: 0, count: buffer.count)])
+    self.init(region: Region(storage: storage, offset: 0, count: buffer.count))
   }
 
   /// `count` bytes written by `fill` into new memory (no copy afterwards).
@@ -100,12 +137,12 @@ public struct Bytes: Sendable {
       return
     }
     let storage = ByteStorage(count: count, fill: fill)
-    self.init(regions: [Region(storage: storage, offset: 0, count: count)])
+    self.init(region: Region(storage: storage, offset: 0, count: count))
   }
 
   /// All of `storage`'s bytes (a read's buffer, handed over without a copy).
   init(adopting storage: ByteStorage) {
-    self.init(regions: [Region(storage: storage, offset: 0, count: storage.count)])
+    self.init(region: Region(storage: storage, offset: 0, count: storage.count))
   }
 
   /// Up to `capacity` bytes that `fill` writes into new memory, returning how many it wrote
@@ -125,7 +162,7 @@ public struct Bytes: Sendable {
     } else if used * 2 < capacity {
       self.init(copying: UnsafeRawBufferPointer(start: storage.base, count: used))
     } else {
-      self.init(regions: [Region(storage: storage, offset: 0, count: used)])
+      self.init(region: Region(storage: storage, offset: 0, count: used))
     }
   }
 
@@ -133,13 +170,17 @@ public struct Bytes: Sendable {
   public var isEmpty: Bool { count == 0 }
 
   /// How many regions of memory the bytes are in (0 when empty).
-  public var regionCount: Int { regions.count }
+  public var regionCount: Int { head == nil ? 0 : 1 + tail.count }
 
   /// `left` then `right`, sharing both one's memory (no copy).
   public static func + (left: Bytes, right: Bytes) -> Bytes {
     if left.isEmpty { return right }
     if right.isEmpty { return left }
-    return Bytes(regions: left.regions + right.regions)
+    guard let leftHead = left.head, let rightHead = right.head else { return left }
+    var rest = left.tail
+    rest.append(rightHead)
+    rest.append(contentsOf: right.tail)
+    return Bytes(head: leftHead, tail: rest, count: left.count + right.count)
   }
 
   /// The bytes in `range` (clamped to `0..<count`), sharing this value's memory.
@@ -148,18 +189,23 @@ public struct Bytes: Sendable {
     let upper = Swift.min(Swift.max(range.upperBound, lower), count)
     if lower == 0 && upper == count { return self }
     if lower == upper { return Bytes() }
-    var result: [Region] = []
+    // The first region cut goes in `first`; an array only for a second.
+    var first: Region?
+    var more: [Region] = []
     var start = 0
-    for region in regions {
+    _ = forEachStoredRegion { region in
       let end = start + region.count
       defer { start = end }
-      if end <= lower { continue }
-      if start >= upper { break }
+      if end <= lower { return true }
+      if start >= upper { return false }
       let from = Swift.max(lower, start) - start
       let to = Swift.min(upper, end) - start
-      result.append(Region(storage: region.storage, offset: region.offset + from, count: to - from))
+      let cut = Region(storage: region.storage, offset: region.offset + from, count: to - from)
+      if first == nil { first = cut } else { more.append(cut) }
+      return true
     }
-    return Bytes(regions: result)
+    guard let first else { return Bytes() }
+    return more.isEmpty ? Bytes(region: first) : Bytes(regions: [first] + more)
   }
 
   /// Calls `body` with each region in order and its offset in the whole; stops when `body`
@@ -169,16 +215,16 @@ public struct Bytes: Sendable {
     _ body: (_ offset: Int, _ region: UnsafeRawBufferPointer) throws -> Bool
   ) rethrows -> Bool {
     var offset = 0
-    for region in regions {
+    return try forEachStoredRegion { region in
       guard try body(offset, region.buffer) else { return false }
       offset += region.count
+      return true
     }
-    return true
   }
 
   /// The same bytes in one region: this value when it already is one (no copy), else a copy.
   public func contiguous() -> Bytes {
-    if regions.count <= 1 { return self }
+    if tail.isEmpty { return self }
     return Bytes(count: count) { target in
       var offset = 0
       for region in regions {
@@ -196,7 +242,7 @@ public struct Bytes: Sendable {
     _ body: (UnsafeRawBufferPointer) throws -> Result
   ) rethrows -> Result {
     let whole = contiguous()
-    guard let region = whole.regions.first else {
+    guard let region = whole.head else {
       return try body(UnsafeRawBufferPointer(start: nil, count: 0))
     }
     return try withExtendedLifetime(whole) { try body(region.buffer) }
@@ -207,11 +253,16 @@ public struct Bytes: Sendable {
   public func region(containing location: Int) -> (region: Bytes, offset: Int)? {
     guard location >= 0 && location < count else { return nil }
     var start = 0
-    for region in regions {
-      if location < start + region.count { return (Bytes(regions: [region]), start) }
+    var found: (region: Bytes, offset: Int)?
+    _ = forEachStoredRegion { region in
+      if location < start + region.count {
+        found = (Bytes(region: region), start)
+        return false
+      }
       start += region.count
+      return true
     }
-    return nil
+    return found
   }
 
   /// The bytes as an array (a copy).
@@ -244,7 +295,7 @@ extension Bytes {
   }
 
   /// The first region's first byte (the whole, for a contiguous value), or nil when empty.
-  package var firstRegionStart: UnsafeRawPointer? { regions.first?.buffer.baseAddress }
+  package var firstRegionStart: UnsafeRawPointer? { head?.buffer.baseAddress }
 
   /// As ``forEachRegion(_:)``, also passing each region as a value of its own.
   @discardableResult
@@ -252,11 +303,11 @@ extension Bytes {
     _ body: (_ offset: Int, _ region: Bytes, _ buffer: UnsafeRawBufferPointer) throws -> Bool
   ) rethrows -> Bool {
     var offset = 0
-    for region in regions {
-      guard try body(offset, Bytes(regions: [region]), region.buffer) else { return false }
+    return try forEachStoredRegion { region in
+      guard try body(offset, Bytes(region: region), region.buffer) else { return false }
       offset += region.count
+      return true
     }
-    return true
   }
 }
 
