@@ -2,8 +2,9 @@ import Glibc
 
 /// One contiguous run of bytes that ``Bytes`` values share, and how it is given back.
 ///
-/// Immutable: the bytes are never written after the storage is made, so any thread may read
-/// them. The `release` runs exactly once, from `deinit`, after the last ``Bytes`` value that
+/// Immutable where it counts: bytes a ``Bytes`` region covers are never written after the
+/// region is made, so any thread may read them. (A read slab, `ReadBuffer`, is still written
+/// past its last region while its reads go on: memory no region covers yet.) The `release` runs exactly once, from `deinit`, after the last ``Bytes`` value that
 /// refers to the storage is gone.
 final class ByteStorage: @unchecked Sendable {
   // @unchecked Sendable: every field is a `let`; the bytes behind `base` are not written after

@@ -140,6 +140,12 @@ public struct Bytes: Sendable {
     self.init(region: Region(storage: storage, offset: 0, count: count))
   }
 
+  /// `count` bytes of `storage` from `offset` (a part of a read slab, handed over without a
+  /// copy).
+  init(slab storage: ByteStorage, offset: Int, count: Int) {
+    self.init(region: Region(storage: storage, offset: offset, count: count))
+  }
+
   /// All of `storage`'s bytes (a read's buffer, handed over without a copy).
   init(adopting storage: ByteStorage) {
     self.init(region: Region(storage: storage, offset: 0, count: storage.count))
