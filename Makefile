@@ -58,6 +58,8 @@ test-c: deps
 	CFLAGS=-fsanitize=address ASAN_OPTIONS=detect_leaks=1 \
 	  LSAN_OPTIONS=suppressions=$(CURDIR)/.ci/lsan.supp \
 	  scripts/test-c-seeds.sh debug --scratch-path .build/asan --sanitize=address
+	CFLAGS=-fsanitize=address ASAN_OPTIONS=detect_leaks=0 \
+	  scripts/test-c-diff.sh debug --scratch-path .build/asan --sanitize=address
 
 ## c-api: libloopdispatch.so and .a (release) and a pkg-config file; prints the directory to
 ## put in PKG_CONFIG_PATH.

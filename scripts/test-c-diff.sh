@@ -5,6 +5,9 @@
 # change that drifts from libdispatch's observable behaviour fails here.
 #
 # Usage: scripts/test-c-diff.sh [debug|release] [swift build arguments...]
+# CFLAGS (optional) is added to the LoopDispatch side's compile line: with
+# `-fsanitize=address` and `--sanitize=address` the programs and the library run under
+# AddressSanitizer (LeakSanitizer too), and must still print what libdispatch prints.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pcdir="$(scripts/c-api.sh "$@" | tail -n 1)"
@@ -25,7 +28,8 @@ for program in Tests/CDiff/diff_*.c; do
     -L "$toolchain/linux" -Wl,-rpath,"$toolchain/linux" -ldispatch -lBlocksRuntime -lpthread \
     -o "$out/$name.libdispatch"
   # shellcheck disable=SC2046
-  clang -fblocks -Wall -Werror -g -I Tests/CDiff $(pkg-config --cflags loopdispatch) "$program" \
+  # shellcheck disable=SC2086 # CFLAGS is a word list (e.g. -fsanitize=address).
+  clang -fblocks -Wall -Werror -g ${CFLAGS:-} -I Tests/CDiff $(pkg-config --cflags loopdispatch) "$program" \
     $(pkg-config --libs loopdispatch) -lpthread -o "$out/$name.loopdispatch"
   for side in libdispatch loopdispatch; do
     if ! timeout 120 "$out/$name.$side" > "$out/$name.$side.txt" 2> "$out/$name.$side.err"; then
