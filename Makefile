@@ -45,7 +45,9 @@ test-release: deps
 ## ThreadSanitizer (a synchronised program clean, a racy one reported), the C seed programs
 ## (Examples/C), built with clang -fblocks against <dispatch/dispatch.h>, a program built
 ## against `make install`'s result; then the suite and the seeds again
-## with the library and the programs under AddressSanitizer and LeakSanitizer.
+## with the library and the programs under AddressSanitizer and LeakSanitizer, and the
+## differential programs under AddressSanitizer (no leak check: they keep their printing
+## handlers for their whole life, on purpose).
 test-c: deps
 	scripts/test-c-api.sh debug
 	scripts/test-c-diff.sh debug
