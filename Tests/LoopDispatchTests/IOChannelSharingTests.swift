@@ -251,7 +251,8 @@ private func pieced(_ byte: UInt8, count: Int) -> Bytes {
   let piece = Bytes(repeatElement(byte, count: 4096))
   var bytes = Bytes()
   for _ in 0..<(count / 4096) { bytes = bytes + piece }
-  return bytes
+  // The rest, so that a size that is no multiple of 4 KiB (a scaled one) is kept exactly.
+  return bytes + Bytes(repeatElement(byte, count: count % 4096))
 }
 
 /// How many runs of equal bytes `bytes` has.
