@@ -22,6 +22,7 @@
 #include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 extern void _Block_release(const void *block);  // BlocksRuntime (Block.h's Block_release).
@@ -134,6 +135,158 @@ static void test_concurrent_queue_and_barriers(void) {
   dispatch_release(release_readers);
   dispatch_release(queue);
   free(state);
+}
+
+// dispatch_sync readers of a concurrent queue run on their callers' threads, side by side up
+// to the width (libdispatch's dispatch_readsync test), also when the queue targets another
+// concurrent queue. Such a sync once parked a plain pool worker for the whole reader, so the
+// readers running at once were capped by the pool (one per CPU, grown while all are blocked,
+// at most 64): all SYNC_PARTIES callers, more than that cap, must be inside at once.
+#define SYNC_CALLERS 80
+#define SYNC_PARTIES SYNC_CALLERS
+#define SYNC_LAPS 100
+
+// A barrier for SYNC_PARTIES threads that gives up after a timeout (and from then on lets
+// everyone through at once), so a queue that runs fewer readers at once fails in seconds
+// instead of hanging the suite. The fields after `changed` are protected by `lock`.
+struct sync_rendezvous {
+  pthread_mutex_t lock;
+  pthread_cond_t changed;
+  int arrived;
+  unsigned generation;
+  int timed_out;
+};
+
+struct sync_readers {
+  dispatch_queue_t queue;    // The queue the callers sync onto.
+  dispatch_queue_t barrier2; // Its concurrent target (or NULL), also sent barriers.
+  struct sync_rendezvous rendezvous;
+  pthread_barrier_t phase2;  // Outside the queue: no barrier item waits for a meeting reader.
+  atomic_int readers, writers, max_readers, overlaps, met;
+};
+
+static int sync_rendezvous_wait(struct sync_rendezvous *r, double seconds) {
+  pthread_mutex_lock(&r->lock);
+  unsigned generation = r->generation;
+  if (r->timed_out || ++r->arrived == SYNC_PARTIES) {
+    if (!r->timed_out) {
+      r->arrived = 0;
+      r->generation++;
+      pthread_cond_broadcast(&r->changed);
+    }
+    int met = !r->timed_out;
+    pthread_mutex_unlock(&r->lock);
+    return met;
+  }
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += (time_t)seconds;
+  while (generation == r->generation && !r->timed_out) {
+    if (pthread_cond_timedwait(&r->changed, &r->lock, &deadline) == ETIMEDOUT &&
+        generation == r->generation) {
+      r->timed_out = 1;
+      pthread_cond_broadcast(&r->changed);
+    }
+  }
+  int met = generation != r->generation;
+  pthread_mutex_unlock(&r->lock);
+  return met;
+}
+
+static void sync_reader_enter(struct sync_readers *state) {
+  int now = atomic_fetch_add(&state->readers, 1) + 1;
+  int seen = atomic_load(&state->max_readers);
+  while (now > seen && !atomic_compare_exchange_weak(&state->max_readers, &seen, now)) {}
+  if (atomic_load(&state->writers) != 0) atomic_fetch_add(&state->overlaps, 1);
+}
+
+static void sync_reader_leave(struct sync_readers *state) {
+  if (atomic_load(&state->writers) != 0) atomic_fetch_add(&state->overlaps, 1);
+  atomic_fetch_sub(&state->readers, 1);
+}
+
+// Phase 1: every caller's first reader waits inside the queue until SYNC_PARTIES are in
+// (10 s at most).
+static void sync_meeting_reader(void *context) {
+  struct sync_readers *state = context;
+  sync_reader_enter(state);
+  if (sync_rendezvous_wait(&state->rendezvous, 10)) atomic_fetch_add(&state->met, 1);
+  sync_reader_leave(state);
+}
+
+// Phase 2: short readers mixed with barriers on the queue and on its target.
+static void sync_short_reader(void *context) {
+  struct sync_readers *state = context;
+  sync_reader_enter(state);
+  for (volatile int spin = 0; spin < 200; spin++) {}
+  sync_reader_leave(state);
+}
+
+static void sync_writer(void *context) {
+  struct sync_readers *state = context;
+  if (atomic_fetch_add(&state->writers, 1) != 0) atomic_fetch_add(&state->overlaps, 1);
+  if (atomic_load(&state->readers) != 0) atomic_fetch_add(&state->overlaps, 1);
+  for (volatile int spin = 0; spin < 200; spin++) {}
+  if (atomic_load(&state->readers) != 0) atomic_fetch_add(&state->overlaps, 1);
+  atomic_fetch_sub(&state->writers, 1);
+}
+
+static void *sync_caller(void *context) {
+  struct sync_readers *state = context;
+  dispatch_sync_f(state->queue, state, sync_meeting_reader);
+  pthread_barrier_wait(&state->phase2);
+  for (int lap = 1; lap <= SYNC_LAPS; lap++) {
+    dispatch_sync_f(state->queue, state, sync_short_reader);
+    if (lap % 50 == 0) {
+      dispatch_barrier_sync_f(state->queue, state, sync_writer);
+    } else if (lap % 25 == 0) {
+      dispatch_barrier_async_f(state->barrier2 ? state->barrier2 : state->queue, state,
+                               sync_writer);
+    }
+  }
+  return NULL;
+}
+
+static void check_sync_readers(const char *name, dispatch_queue_t queue, dispatch_queue_t target) {
+  struct sync_readers *state = calloc(1, sizeof *state);
+  pthread_mutex_init(&state->rendezvous.lock, NULL);
+  pthread_cond_init(&state->rendezvous.changed, NULL);
+  pthread_barrier_init(&state->phase2, NULL, SYNC_CALLERS);
+  state->queue = queue;
+  state->barrier2 = target;
+  pthread_t callers[SYNC_CALLERS];
+  for (int i = 0; i < SYNC_CALLERS; i++) {
+    CHECK(pthread_create(&callers[i], NULL, sync_caller, state) == 0, "%s: caller thread", name);
+  }
+  for (int i = 0; i < SYNC_CALLERS; i++) pthread_join(callers[i], NULL);
+  dispatch_barrier_sync(target ? target : queue, ^{});  // The async barriers have run.
+  CHECK(atomic_load(&state->met) == SYNC_CALLERS && !state->rendezvous.timed_out,
+        "%s: %d sync readers ran at once (%d of %d met, max %d at once)", name, SYNC_PARTIES,
+        atomic_load(&state->met), SYNC_CALLERS, atomic_load(&state->max_readers));
+  CHECK(atomic_load(&state->overlaps) == 0, "%s: no reader ran beside a barrier (%d overlaps)",
+        name, atomic_load(&state->overlaps));
+  CHECK(atomic_load(&state->readers) == 0 && atomic_load(&state->writers) == 0,
+        "%s: all left", name);
+  pthread_barrier_destroy(&state->phase2);
+  pthread_cond_destroy(&state->rendezvous.changed);
+  pthread_mutex_destroy(&state->rendezvous.lock);
+  free(state);
+}
+
+static void test_concurrent_sync_readers(void) {
+  dispatch_queue_t queue = dispatch_queue_create("c.readsync", DISPATCH_QUEUE_CONCURRENT);
+  check_sync_readers("sync readers, global target", queue, NULL);
+  dispatch_queue_t target = dispatch_queue_create("c.readsync.target", DISPATCH_QUEUE_CONCURRENT);
+  dispatch_set_target_queue(queue, target);
+  dispatch_barrier_sync(target, ^{});
+  check_sync_readers("sync readers, concurrent target", queue, target);
+  dispatch_queue_t top = dispatch_queue_create("c.readsync.top", DISPATCH_QUEUE_CONCURRENT);
+  dispatch_set_target_queue(target, top);
+  dispatch_barrier_sync(top, ^{});
+  check_sync_readers("sync readers, two concurrent targets", queue, target);
+  dispatch_release(queue);
+  dispatch_release(target);
+  dispatch_release(top);
 }
 
 static void test_assertions_and_variants(void) {
@@ -1141,6 +1294,7 @@ int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   test_serial_queue_order_and_sync();
   test_concurrent_queue_and_barriers();
+  test_concurrent_sync_readers();
   test_global_queues();
   test_debug();
   test_assertions_and_variants();

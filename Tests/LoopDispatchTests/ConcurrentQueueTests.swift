@@ -158,6 +158,77 @@ import Testing
     #expect(maximum.load(ordering: .relaxed) == 2)
   }
 
+  /// `sync` readers of a concurrent queue whose target is another concurrent queue run on
+  /// their callers' threads side by side (libdispatch's `dispatch_readsync`): more at once
+  /// than the plain pool has threads (64), which a `sync` that parks a worker for its reader
+  /// can never reach.
+  @Test func syncReadersThroughAConcurrentTargetRunSideBySide() {
+    let outer = Queue(label: "readsync-outer", attributes: .concurrent)
+    let inner = Queue(label: "readsync-inner", attributes: .concurrent, target: outer)
+    let callers = 80
+    let arrived = Counter()
+    let allInside = Latch()
+    let met = Counter()
+    let threads = (0..<callers).map { _ in
+      startThread {
+        inner.sync {
+          if arrived.increment() == callers { allInside.open() }
+          if allInside.wait(seconds: 20) { met.increment() }
+        }
+      }
+    }
+    for thread in threads { pthread_join(thread, nil) }
+    #expect(met.current == callers)
+  }
+
+  /// The same readers hold a slot of the target: its width caps them, and its barriers and
+  /// their own queue's exclude them.
+  @Test func syncReadersThroughATargetKeepItsWidthAndBarriers() {
+    let outer = Queue(label: "sync-outer", attributes: .concurrent, width: 2)
+    let inner = Queue(label: "sync-inner", attributes: .concurrent, target: outer)
+    let readers = Atomic<Int>(0)
+    let writers = Atomic<Int>(0)
+    let maximum = Atomic<Int>(0)
+    let violations = Counter()
+    let twoAtOnce = Latch()
+    let laps = scaled(400)
+    let write: @Sendable () -> Void = {
+      if writers.wrappingAdd(1, ordering: .sequentiallyConsistent).newValue != 1
+        || readers.load(ordering: .sequentiallyConsistent) != 0
+      {
+        violations.increment()
+      }
+      for _ in 0..<50 { spinHint() }
+      writers.wrappingSubtract(1, ordering: .sequentiallyConsistent)
+    }
+    let threads = (0..<6).map { _ in
+      startThread {
+        for lap in 1...laps {
+          inner.sync {
+            let now = readers.wrappingAdd(1, ordering: .sequentiallyConsistent).newValue
+            if writers.load(ordering: .sequentiallyConsistent) != 0 { violations.increment() }
+            maximum.max(now, ordering: .relaxed)
+            // The first readers wait until two run at once (so `maximum` reaches the width).
+            if now >= 2 { twoAtOnce.open() }
+            _ = twoAtOnce.wait(seconds: 30)
+            for _ in 0..<50 { spinHint() }
+            readers.wrappingSubtract(1, ordering: .sequentiallyConsistent)
+          }
+          switch lap % 30 {
+          case 0: inner.sync(flags: .barrier, execute: write)
+          case 10: inner.async(flags: .barrier, execute: write)
+          case 20: outer.async(flags: .barrier, execute: write)
+          default: break
+          }
+        }
+      }
+    }
+    for thread in threads { pthread_join(thread, nil) }
+    outer.sync(flags: .barrier) {}  // After the async barriers.
+    #expect(maximum.load(ordering: .relaxed) == 2)
+    #expect(violations.current == 0)
+  }
+
   @Test func serialQueueStaysSerialThroughAConcurrentTarget() {
     let concurrent = Queue(label: "wide", attributes: .concurrent)
     let serial = Queue(label: "narrow", target: concurrent)

@@ -25,6 +25,12 @@ import Synchronization
 ///    returns it to zero (after that thread's last access to the queue). The items in flight,
 ///    in the pool's jobs, hold the queue unretained (`PoolJob.concurrentItem`). A finisher
 ///    that takes the lock holds a retain of its own across it.
+/// 5. `sync` (plain or barrier) runs on the caller's thread. With a global target it takes
+///    its slot as in step 1, or waits in `pending` as a `SyncWaiter` whose turn is handed to
+///    it; with a custom concurrent target it does the same, then takes a plain slot there by
+///    a `sync` of its own (`concurrentSyncThroughTarget`): no pool worker waits for it. With
+///    a serial or main target, the thread draining the target holds it for the caller
+///    (`SyncWaiter.handOff`).
 struct ConcurrentState {
   var pending = RingBuffer<TimedWork>(capacity: 16)
   var suspendCount = 0
@@ -297,6 +303,39 @@ extension Queue {
     guard targetIsRoot.load(ordering: .relaxed) else { return false }
     // Rule 4's retain, if any, is dropped by the caller's `concurrentFinished`.
     return tryStartWithoutLock(barrier: barrier)
+  }
+
+  /// `sync` onto this concurrent queue when its target is a custom concurrent queue: runs
+  /// `body` on the calling thread, beside this queue's other plain items up to its width, as
+  /// `dispatch_sync` does (libdispatch's `_dispatch_sync_recurse`).
+  ///
+  /// The caller takes one slot here (the whole queue, for a barrier): lock-free if the word
+  /// admits it, else by waiting in `pending`, in submission order, for a turn handed to it
+  /// directly (`SyncWaiter.callerReleasesSlot`). Then it takes a plain slot on the target by
+  /// a `sync` of its own (which recurses up a chain of concurrent queues), runs `body` inside
+  /// both, and gives the slots back, the target's first. Slots are taken child first, parent
+  /// second, as an async item of this queue takes them (counted here, then forwarded), so the
+  /// two paths cannot wait on each other in a cycle; a barrier of either queue still waits
+  /// for, and excludes, the readers holding a slot in it.
+  ///
+  /// Before this path each such `sync` parked a pool worker in `SyncWaiter.handOff` for the
+  /// whole of `body`: the readers running at once were capped by the plain workers alive
+  /// (one per CPU, plus those the supervisor adds while all are blocked, at most 64), e.g.
+  /// 12 of 128 in libdispatch's `dispatch_readsync`.
+  func concurrentSyncThroughTarget(_ target: Queue, barrier: Bool, _ body: () -> Void) {
+    if tryStartWithoutLock(barrier: barrier) {
+      // Rule 4's retain, if any, is dropped by `concurrentFinished` below.
+      countSubmission()
+    } else {
+      let waiter = SyncWaiter(callerReleasesSlot: true)
+      concurrentEnqueue(.syncWaiter(waiter, barrier: barrier))
+      // Acquiring; pairs with the releasing exchange in `OneShotEvent.signal` (`forward`),
+      // made after the compare-and-swap that counted this caller's slot.
+      waiter.turn.wait()
+    }
+    // An item of this queue is a plain item of its target, whatever its kind here.
+    target._sync(barrier: false) { ThreadFrame.with(self, exclusive: barrier, body) }
+    concurrentFinished(barrier: barrier)
   }
 
   /// Sets the width of this concurrent queue; see ``Queue/setWidth(_:)``.

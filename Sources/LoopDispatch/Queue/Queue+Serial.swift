@@ -395,9 +395,11 @@ extension Queue {
   /// Waits for a turn on a busy queue, then runs `body` on the calling thread.
   ///
   /// On a concurrent queue whose target is global, the turn is handed straight to the
-  /// caller, which runs `body` and then releases the slot itself: no worker is tied up.
-  /// Otherwise the thread that reaches the waiter holds the queue (and its target chain)
-  /// until `body` has run (`SyncWaiter.handOff`).
+  /// caller, which runs `body` and then releases the slot itself: no worker is tied up. On
+  /// one whose target is a custom concurrent queue, the caller also takes its slot on the
+  /// target itself (`concurrentSyncThroughTarget`, which idle queues reach too: `_sync` has
+  /// no fast path for them). Otherwise the thread that reaches the waiter holds the queue
+  /// (and its target chain) until `body` has run (`SyncWaiter.handOff`).
   func syncSlow(barrier: Bool, _ body: () -> Void) {
     checkSyncDeadlock(barrier: barrier)
     switch kind {
@@ -409,6 +411,10 @@ extension Queue {
       waiter.done.signal()
     case .concurrent:
       let direct = targetIsRoot.load(ordering: .relaxed)
+      if !direct, let target, target.kind == .concurrent {
+        concurrentSyncThroughTarget(target, barrier: barrier, body)
+        return
+      }
       let waiter = SyncWaiter(callerReleasesSlot: direct)
       concurrentEnqueue(.syncWaiter(waiter, barrier: barrier))
       waiter.turn.wait()
