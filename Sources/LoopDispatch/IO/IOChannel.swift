@@ -319,11 +319,21 @@ public final class IOChannel: @unchecked Sendable {
   /// Closes the channel: operations submitted afterwards fail with `ECANCELED`; with `stop`,
   /// the unfinished ones too (their handlers get `done` and `ECANCELED`).
   public func close(stop: Bool = false) {
-    control.async { [self] in
-      closed = true
-      if stop { entry.stop(self) }
-      leaveIfDone()
-    }
+    control.async { [self] in closeOnControl(stop: stop) }
+  }
+
+  /// `close(stop:)` from a block already running on `control` (a one-shot's own handler).
+  func closeOnControl(stop: Bool = false) {
+    closed = true
+    if stop { entry.stop(self) }
+    leaveIfDone()
+  }
+
+  /// Sets the low water mark of a channel no block has run for yet (a one-shot's, just
+  /// made): the submission that follows publishes it to `control`.
+  func presetLowWater(_ bytes: Int) {
+    lowWater = bytes
+    if highWater < bytes { highWater = bytes }
   }
 
   /// The descriptor, or -1 once the channel is closed, or while a path channel has not

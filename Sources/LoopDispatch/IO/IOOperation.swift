@@ -108,6 +108,13 @@ final class IOOperation: @unchecked Sendable {
       finished = true
       entry?.undelivered += 1
     }
+    // The entry's own queue (a one-shot's or an `async` read's handler), which this thread
+    // is running: the call runs here, in order with the earlier ones (each ran here too).
+    if let entry = channel?.entry, queue === entry.queue {
+      call(done, data, error)
+      if done { entry.queue.async { [self] in entry.delivered(self) } }
+      return
+    }
     if queue.kind == .serial, queue.trySyncLockChain(lowestPriority: .default) {
       queue.withLockedChainFrames { call(done, data, error) }
       queue.unlockSyncChain()
