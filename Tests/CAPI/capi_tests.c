@@ -1152,7 +1152,12 @@ static void test_io(void) {
   CHECK(dispatch_semaphore_wait(step, in_seconds(30)) == 0, "read finished");
   CHECK(got == 5, "read %zu bytes", got);
   __block int barrier_ran = 0;
-  dispatch_io_barrier(reader, ^{ barrier_ran = dispatch_io_get_descriptor(reader) == read_end; });
+  dispatch_io_barrier(reader, ^{
+    barrier_ran = dispatch_io_get_descriptor(reader) == read_end;
+    dispatch_semaphore_signal(step);
+  });
+  // Before the close: a closed channel's descriptor reads as -1, in libdispatch too.
+  CHECK(dispatch_semaphore_wait(step, in_seconds(30)) == 0, "barrier ran");
   // A read that waits for bytes, then STOP: it ends with ECANCELED.
   dispatch_io_read(reader, 0, 10, queue, ^(bool done, dispatch_data_t data, int error) {
     (void)data;
