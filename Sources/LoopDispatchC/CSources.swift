@@ -1,3 +1,4 @@
+import Glibc
 import LoopDispatch
 import MainLoop
 import Synchronization
@@ -113,8 +114,7 @@ public func cLoopdispatchSourceCreate(
     case .dataOr: source = DataSource(merge: .or, queue: target)
     case .dataReplace: source = DataSource(merge: .replace, queue: target)
     case .proc:
-      source = try ProcessSource(
-        pid: Int32(handle), events: .init(rawValue: mask), queue: target, label: "dispatch-proc")
+      source = try procSource(pid: Int32(handle), mask: mask, queue: target)
     case .memoryPressure:
       source = try MemoryPressureSource(
         levels: .init(rawValue: mask), queue: target, label: "dispatch-memorypressure")
@@ -127,6 +127,43 @@ public func cLoopdispatchSourceCreate(
     return nil  // libdispatch returns NULL for a source it cannot make.
   }
   return CHandle.retained(CSource(source: source, kind: kind, handle: handle, mask: mask))
+}
+
+/// `DISPATCH_SOURCE_TYPE_PROC`: a process that is gone (exited and reaped, or a pid no
+/// process has now) gets a source that delivers `DISPATCH_PROC_EXIT` once, at activation, as
+/// libdispatch's does where it has process sources: a watcher of a pid from elsewhere need
+/// not race the exit. A pid above the kernel's `pid_max` can name no process: NULL.
+private func procSource(pid: Int32, mask: UInt, queue: Queue) throws -> Source {
+  do {
+    return try ProcessSource(
+      pid: pid, events: .init(rawValue: mask), queue: queue, label: "dispatch-proc")
+  } catch EventLoopError.noSuchProcess {
+    guard pid <= maximumPid() else { throw EventLoopError.noSuchProcess(pid) }
+    return ProcessSource(
+      exitedPid: pid, events: .init(rawValue: mask), queue: queue, label: "dispatch-proc")
+  }
+}
+
+/// The kernel's `pid_max` (`/proc/sys/kernel/pid_max`; 4,194,304, the most it can be, when
+/// it cannot be read).
+private func maximumPid() -> Int32 {
+  let fd = open("/proc/sys/kernel/pid_max", O_RDONLY | O_CLOEXEC)
+  guard fd >= 0 else { return 4_194_304 }
+  defer { close(fd) }
+  var buffer = [UInt8](repeating: 0, count: 32)
+  let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+  guard count > 0 else { return 4_194_304 }
+  let text = String(decoding: buffer[..<count], as: UTF8.self)
+  return Int32(text.trimmingSuffixNewline()) ?? 4_194_304
+}
+
+extension String {
+  /// The text without its trailing newlines.
+  fileprivate func trimmingSuffixNewline() -> Substring {
+    var end = endIndex
+    while end > startIndex, self[index(before: end)] == "\n" { end = index(before: end) }
+    return self[..<end]
+  }
 }
 
 /// Traps on VNODE flags Linux cannot watch (libdispatch on BSD and macOS accepts FUNLOCK; an

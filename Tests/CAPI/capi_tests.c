@@ -928,15 +928,30 @@ static void test_proc_source(void) {
   CHECK(runs == 1, "fired once (%d)", runs);
   dispatch_release(source);
 
-  // A reaped child's pid names no process: NULL, as for a pid that never existed.
-  CHECK(dispatch_source_create(DISPATCH_SOURCE_TYPE_PROC, (uintptr_t)pid, DISPATCH_PROC_EXIT,
-                               queue) == NULL,
-        "NULL for a reaped pid");
+  // A reaped child's pid: as libdispatch (where it has PROC sources), a source that delivers
+  // DISPATCH_PROC_EXIT once, at activation, so a watcher need not race the exit.
+  dispatch_source_t gone =
+      dispatch_source_create(DISPATCH_SOURCE_TYPE_PROC, (uintptr_t)pid, DISPATCH_PROC_EXIT, queue);
+  CHECK(gone != NULL, "a source for a reaped pid");
+  __block unsigned long gone_data = 0;
+  __block int gone_runs = 0;
+  dispatch_source_set_event_handler(gone, ^{
+    gone_data = dispatch_source_get_data(gone);
+    gone_runs++;
+    dispatch_semaphore_signal(exited);
+  });
+  dispatch_activate(gone);
+  CHECK(dispatch_semaphore_wait(exited, in_seconds(30)) == 0, "reaped pid: exit delivered");
+  dispatch_source_cancel(gone);
+  dispatch_sync(queue, ^{});
+  CHECK(gone_data == DISPATCH_PROC_EXIT && gone_runs == 1, "reaped pid: data %lx, runs %d",
+        gone_data, gone_runs);
+  dispatch_release(gone);
   CHECK(dispatch_source_create(DISPATCH_SOURCE_TYPE_PROC, 0, DISPATCH_PROC_EXIT, queue) == NULL,
         "NULL for pid 0");
   CHECK(dispatch_source_create(DISPATCH_SOURCE_TYPE_PROC, (uintptr_t)INT_MAX, DISPATCH_PROC_EXIT,
                                queue) == NULL,
-        "NULL for a pid above pid_max");
+        "NULL for a pid above pid_max (no process can have it)");
   dispatch_release(exited);
   dispatch_release(cancelled);
   dispatch_release(queue);

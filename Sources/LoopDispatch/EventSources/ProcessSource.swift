@@ -70,6 +70,23 @@ public final class ProcessSource: Source, @unchecked Sendable {
     super.init(core: core, label: label)
   }
 
+  /// A source for a process that has already exited and been reaped (or, indistinguishably,
+  /// never existed): it fires ``Events-swift.struct/exit`` once, at activation. The C API's
+  /// `DISPATCH_SOURCE_TYPE_PROC` makes one where the Swift initializer throws
+  /// ``EventLoopError/noSuchProcess(_:)``, as libdispatch does where it has process sources:
+  /// C code that watches a pid it got from elsewhere must not have to race the exit. The
+  /// Swift API throws instead: a caller that can handle the error learns that the pid named
+  /// nothing, rather than an exit that may never have been its process's.
+  package init(
+    exitedPid pid: Int32, events: Events, queue: Queue, label: String
+  ) {
+    Self.checkEvents(events, label: label)
+    self.pid = pid
+    self.mask = events
+    let core = ProcessCore(exitedPid: pid, queue: queue, label: "process source \"\(label)\"")
+    super.init(core: core, label: label)
+  }
+
   /// Traps for any event but `exit`: Linux cannot report them, and silence would hide it.
   private static func checkEvents(_ events: Events, label: String) {
     let unknown = events.rawValue & ~Events.known.rawValue
@@ -140,7 +157,19 @@ final class ProcessCore: SourceCore, OwnedDescriptorWatcher, @unchecked Sendable
     super.init(queue: queue, merge: .or)
   }
 
+  /// A process already gone: no pidfd (-1); the exit is signalled at activation.
+  init(exitedPid pid: Int32, queue: Queue, label: String) {
+    pidfd = -1
+    self.label = label
+    super.init(queue: queue, merge: .or)
+  }
+
   override func arm() {
+    guard pidfd >= 0 else {
+      // From `activate()`: never inside the client's call.
+      signal(UInt(ProcessSource.Events.exit.rawValue), mayRunInline: false)
+      return
+    }
     watchState.withLock { state in
       guard !state.tornDown else { return }
       let registered = IODriver.start().flatMap {
@@ -171,7 +200,7 @@ final class ProcessCore: SourceCore, OwnedDescriptorWatcher, @unchecked Sendable
     }
     if let registration { registration.driver.unregisterOwned(registration) }
     // No epoll_ctl touches the pidfd any more (rule 4 of `IODriver+Owned.swift`).
-    close(pidfd)
+    if pidfd >= 0 { close(pidfd) }
     completion()
   }
 }
