@@ -67,16 +67,7 @@ import Testing
     let size = scaled(1 << 20)
     let drained = Locked<[UInt8]>([])
     let reader = startThread { drained.withLock { $0 = readAll(theirs, count: 2 * size + 1) } }
-    let cleaned = Semaphore(value: 0)
-    let writers = [UInt8(ascii: "A"), UInt8(ascii: "B")].map { byte in
-      let channel = IOChannel(kind: .stream, fd: ours) { _ in cleaned.signal() }
-      channel.write(data: pieced(byte, count: size), queue: .global()) {
-        done, _, _ in
-        if done { channel.close() }
-      }
-      return channel
-    }
-    for _ in writers { #expect(cleaned.wait(timeout: .now + .seconds(30)) == .success) }
+    #expect(writeAAndBOnTwoChannels(fd: ours, size: size))
     // The reader stops at the end of the stream, whatever arrived: no hang on a miscount.
     shutdown(ours, Int32(SHUT_WR))
     pthread_join(reader, nil)
@@ -90,16 +81,7 @@ import Testing
     let fd = try temporaryFile()
     defer { close(fd) }
     let size = scaled(3 << 20)
-    let cleaned = Semaphore(value: 0)
-    let writers = [UInt8(ascii: "A"), UInt8(ascii: "B")].map { byte in
-      let channel = IOChannel(kind: .stream, fd: fd) { _ in cleaned.signal() }
-      channel.write(data: pieced(byte, count: size), queue: .global()) {
-        done, _, _ in
-        if done { channel.close() }
-      }
-      return channel
-    }
-    for _ in writers { #expect(cleaned.wait(timeout: .now + .seconds(30)) == .success) }
+    #expect(writeAAndBOnTwoChannels(fd: fd, size: size))
     let bytes = contents(of: fd, count: 2 * size + 1)
     #expect(bytes.count == 2 * size)
     #expect(runs(in: bytes) == 2)
@@ -218,6 +200,19 @@ import Testing
     #expect(seen.value >= 0)
     channel.close(stop: true)
   }
+}
+
+/// Writes `size` bytes of "A" on one new channel over `fd` and `size` of "B" on another, each
+/// closed when its write is done; true once both cleanups have run (within 30 s each).
+private func writeAAndBOnTwoChannels(fd: Int32, size: Int) -> Bool {
+  let cleaned = Semaphore(value: 0)
+  for byte in [UInt8(ascii: "A"), UInt8(ascii: "B")] {
+    let channel = IOChannel(kind: .stream, fd: fd) { _ in cleaned.signal() }
+    channel.write(data: pieced(byte, count: size), queue: .global()) { done, _, _ in
+      if done { channel.close() }
+    }
+  }
+  return (0..<2).allSatisfy { _ in cleaned.wait(timeout: .now + .seconds(30)) == .success }
 }
 
 private func socketPair() throws -> (Int32, Int32) {
