@@ -29,7 +29,7 @@ extension DescriptorEntry {
       }
       operation.filePosition += Int64(got)
     case .write:
-      let (wrote, error) = writeChunk(
+      let (wrote, error, _) = writeChunk(
         operation, at: operation.settings.kind == .random ? operation.filePosition : nil)
       if error != 0 {
         finish(operation, error: error)
@@ -77,15 +77,28 @@ extension DescriptorEntry {
   }
 
   func readReady(_ operation: IOOperation, length: Int) {
-    let chunk = 64 * 1024
     while !operation.finished && operation.transferred < length {
-      let want = Swift.min(chunk, length - operation.transferred)
+      let want = Swift.min(DescriptorEntry.streamChunk, length - operation.transferred)
       let got = readChunk(operation, want: want, length: length) { base, count in
         Glibc.read(fd, base, count)
       }
-      if got == 0 { return }  // Nothing there yet (EAGAIN), or the operation ended.
+      // Nothing there yet (EAGAIN), or the operation ended. A short read is not taken for
+      // "drained": the next read may bring an error that belongs to this operation
+      // (libdispatch's dispatch_read reports a reset after the bytes before it).
+      if got == 0 { return }
     }
   }
+
+  /// A one-shot read found the stream drained: if it got bytes, it ends with them
+  /// (libdispatch completes a convenience read with the data available at `EAGAIN`).
+  private func drained(_ operation: IOOperation) {
+    guard operation.transferred > 0 else { return }
+    deliver(operation, done: true, all: true)
+    complete(operation)
+  }
+
+  /// The most a stream read asks for (a pipe holds 64 KiB).
+  static let streamChunk = 64 * 1024
 
   /// One read of up to `want` bytes for `operation` with `call` (`read` or `pread`, retried
   /// on `EINTR`): new bytes go to `received`, an error or the end of the file ends the
@@ -107,10 +120,7 @@ extension DescriptorEntry {
     if error == EAGAIN || error == EWOULDBLOCK {
       // Drained: a one-shot read that got bytes ends with them (libdispatch completes a
       // convenience read with available data on EAGAIN); any other read waits for more.
-      if operation.endsWhenDrained && operation.transferred > 0 {
-        deliver(operation, done: true, all: true)
-        complete(operation)
-      }
+      if operation.endsWhenDrained { drained(operation) }
       return 0
     }
     if error != 0 {
@@ -125,15 +135,18 @@ extension DescriptorEntry {
     return got
   }
 
+  /// Writes what fits. A write that comes back short (fewer bytes than offered) filled the
+  /// descriptor: the next try waits for readiness instead of hearing `EAGAIN` first.
   func writeReady(_ operation: IOOperation) {
     while !operation.finished && operation.writeOffset < operation.pending.count {
-      let (wrote, error) = writeChunk(operation, at: nil)
+      let (wrote, error, offered) = writeChunk(operation, at: nil)
       if error == EAGAIN || error == EWOULDBLOCK { return }
       if error != 0 {
         finish(operation, error: error)
         return
       }
       didWrite(wrote, by: operation)
+      if wrote < offered { return }
     }
   }
 
@@ -141,8 +154,10 @@ extension DescriptorEntry {
   /// `position`, or `sendmsg` with `MSG_NOSIGNAL` on a socket) up to one chunk, as
   /// libdispatch writes: at most 1 MiB and at most the high water mark, so a long write
   /// reports its progress between chunks. Retried on `EINTR`. Returns the bytes written and
-  /// 0, or 0 and the error.
-  func writeChunk(_ operation: IOOperation, at position: Int64?) -> (Int, Int32) {
+  /// 0, or 0 and the error; and how many bytes were offered.
+  func writeChunk(
+    _ operation: IOOperation, at position: Int64?
+  ) -> (wrote: Int, error: Int32, offered: Int) {
     let limit = Swift.min(DescriptorEntry.chunkSize, Swift.max(operation.settings.highWater, 1))
     // The vectors live on the stack: no allocation per write.
     return withUnsafeTemporaryAllocation(
@@ -180,7 +195,7 @@ extension DescriptorEntry {
           wrote = writev(fd, base, Int32(used))
         }
       } while wrote < 0 && errno == EINTR
-      return wrote < 0 ? (0, errno) : (wrote, 0)
+      return wrote < 0 ? (0, errno, gathered) : (wrote, 0, gathered)
     }
   }
 
