@@ -14,6 +14,8 @@ let scenarios: [String: () -> Void] = [
   "main-run-forever": mainRunForever,
   "main-gate": mainGate,
   "main-actor": mainActorScenario,
+  "dispatch-main-queue": dispatchMainQueueScenario,
+  "main-actor-no-install": mainActorWithoutInstallScenario,
   "main-source-no-spin": mainSourceNoSpin,
   "idle": idleScenario,
   "idle-cpu": idleCPUScenario,

@@ -29,10 +29,14 @@ import Testing
 }
 
 @Suite struct MainActorIntegrationTests {
-  @Test func mainActorAndTasksRunOnLoopDispatch() {
-    let result = runProgram("LoopDispatchTestHost", ["main-actor"])
+  @Test(arguments: ["main-actor", "dispatch-main-queue", "main-actor-no-install"])
+  func mainThreadWorkRunsUnderTheMainLoop(scenario: String) {
+    // main-actor: with install(); dispatch-main-queue: DispatchQueue.main.async and
+    // asyncAfter under Queue.runMain(); main-actor-no-install: @MainActor work on Swift's
+    // default main executor (Dispatch's main queue), drained by the main loop.
+    let result = runProgram("LoopDispatchTestHost", [scenario])
     #expect(result.status == 0, "\(result.output)\(result.errorOutput)")
-    #expect(result.output.contains("ok main-actor"))
+    #expect(result.output.contains("ok \(scenario)"))
   }
 }
 

@@ -47,9 +47,15 @@ final class MainQueueExecutor: MainExecutor, @unchecked Sendable {
     UnownedSerialExecutor(ordinary: self)
   }
 
-  func run() throws { EventLoop.main.run() }
+  func run() throws {
+    DispatchMainQueueBridge.attach()
+    EventLoop.main.run()
+  }
 
-  func runUntil(_ condition: () -> Bool) throws { EventLoop.main.run(until: condition) }
+  func runUntil(_ condition: () -> Bool) throws {
+    DispatchMainQueueBridge.attach()
+    EventLoop.main.run(until: condition)
+  }
 
   func stop() { EventLoop.main.stop() }
 

@@ -4,10 +4,13 @@ import MainLoop
 extension Queue {
   /// Runs the main event loop on the process main thread, forever: the `dispatch_main`
   /// analogue. Main-queue work, main-queue timers and sources targeting the main queue all
-  /// run here. If the loop is stopped (`EventLoop.main.stop()`), the process exits with 0.
+  /// run here, and so does work on Dispatch's own main queue (`DispatchQueue.main`, and
+  /// `@MainActor` work when ``ConcurrencyIntegration/install()`` was not called), when
+  /// libdispatch is loaded (`DispatchMainQueueBridge`). If the loop is stopped (`EventLoop.main.stop()`), the process exits with 0.
   ///
   /// Calling it off the main thread is a client bug and traps.
   public static func runMain() -> Never {
+    DispatchMainQueueBridge.attach()
     EventLoop.main.run()
     exit(0)
   }
@@ -16,7 +19,8 @@ extension Queue {
   /// - Returns: `true` if the deadline passed.
   @discardableResult
   public static func runMain(until deadline: Deadline) -> Bool {
-    EventLoop.main.run(until: deadline)
+    DispatchMainQueueBridge.attach()
+    return EventLoop.main.run(until: deadline)
   }
 
   /// Runs the main loop until `condition` holds (checked after each loop turn), it is
@@ -26,6 +30,7 @@ extension Queue {
   public static func runMain(
     until condition: () -> Bool, deadline: Deadline = .distantFuture
   ) -> Bool {
-    EventLoop.main.run(until: condition, deadline: deadline)
+    DispatchMainQueueBridge.attach()
+    return EventLoop.main.run(until: condition, deadline: deadline)
   }
 }
