@@ -74,9 +74,23 @@ let package = Package(
     .executableTarget(
       name: "LoopDispatchTestHost", dependencies: ["LoopDispatch", "TestSupport"],
       path: "Tests/LoopDispatchTestHost", swiftSettings: strict),
+    // Entry shapes of a Swift program (an async @main, top-level await), each its own
+    // program, launched by MainActorIntegrationTests; the checks they share.
+    .target(
+      name: "EntryShapeChecks", dependencies: ["LoopDispatch", "MainLoop"],
+      path: "Tests/EntryShapeChecks", swiftSettings: strict),
+    .executableTarget(
+      name: "AsyncMainHost", dependencies: ["LoopDispatch", "EntryShapeChecks"],
+      path: "Tests/AsyncMainHost", swiftSettings: strict),
+    .executableTarget(
+      name: "TopLevelAwaitHost", dependencies: ["LoopDispatch", "EntryShapeChecks"],
+      path: "Tests/TopLevelAwaitHost", swiftSettings: strict),
     .testTarget(
       name: "LoopDispatchTests",
-      dependencies: ["LoopDispatch", "TestSupport", "LoopDispatchTestHost"]),
+      dependencies: [
+        "LoopDispatch", "TestSupport", "LoopDispatchTestHost", "AsyncMainHost",
+        "TopLevelAwaitHost",
+      ]),
     .testTarget(name: "ExamplesTests", dependencies: ["Examples", "TestSupport"]),
     // The request parser alone: its rules, one test each (the fuzz target is Fuzz/).
     .testTarget(name: "ExampleHTTPTests", dependencies: ["ExampleHTTP"]),

@@ -38,6 +38,17 @@ import Testing
     #expect(result.status == 0, "\(result.output)\(result.errorOutput)")
     #expect(result.output.contains("ok \(scenario)"))
   }
+
+  /// An async `@main` and top-level `await`, each calling `ConcurrencyIntegration.install()`
+  /// first: main-actor code on the main thread, detached tasks on the pool, `Task.sleep`
+  /// long enough. (The async main hung after its first `await` before Dispatch's main queue
+  /// was drained by the main loop.)
+  @Test(arguments: [("AsyncMainHost", "async-main"), ("TopLevelAwaitHost", "top-level-await")])
+  func entryShapesRunOnLoopDispatch(program: String, name: String) {
+    let result = runProgram(program, [])
+    #expect(result.status == 0, "\(result.output)\(result.errorOutput)")
+    #expect(result.output.contains("ok \(name)"))
+  }
 }
 
 @Suite struct MainQueueSourcePauseTests {
