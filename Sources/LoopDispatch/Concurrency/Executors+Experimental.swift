@@ -16,8 +16,15 @@ import MainLoop
 /// pool, where `Task.sleep` is served by the service loop's timers.
 public enum ConcurrencyIntegration {
   /// Installs LoopDispatch as Swift's main and default executors. Call it first thing in
-  /// `main`, before any task or actor is used, then drive the program with
-  /// `Queue.runMain()`. Calling it more than once has no further effect.
+  /// `main`, before any task or actor is used. Calling it more than once has no further
+  /// effect. Entry shapes:
+  /// - a synchronous `main` (or top-level code without `await`): then drive the program with
+  ///   `Queue.runMain()`;
+  /// - an `async` `@main`, or top-level code with `await`: nothing more; the runtime runs the
+  ///   main executor, which is now `EventLoop.main`. The main task's first continuation was
+  ///   already bound to the main executor that existed before the call (Dispatch's main
+  ///   queue); the main loop drains that queue too (`DispatchMainQueueBridge`), so it resumes
+  ///   on the main thread.
   public static func install() {
     _ = installOnce
   }
