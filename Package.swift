@@ -15,9 +15,6 @@ let package = Package(
   products: [
     .library(name: "MainLoop", targets: ["MainLoop"]),
     .library(name: "LoopDispatch", targets: ["LoopDispatch"]),
-    // LoopDispatch installed as Swift's executors at load time (a C constructor): depend on it
-    // and call nothing.
-    .library(name: "LoopDispatchAutoInstall", targets: ["LoopDispatchAutoInstall"]),
     .executable(name: "Examples", targets: ["Examples"]),
     // HTTP parsing and sockets for the example servers (ours and the Dispatch rival in
     // Benchmarks); not part of the runtime.
@@ -49,11 +46,6 @@ let package = Package(
       dependencies: ["MainLoop", "CLoopShims", "CLoopThreadSlots"],
       swiftSettings: strict
     ),
-    .target(
-      name: "CLoopDispatchAutoInstall", cSettings: [.unsafeFlags(["-Wall", "-Werror"])]),
-    .target(
-      name: "LoopDispatchAutoInstall", dependencies: ["LoopDispatch", "CLoopDispatchAutoInstall"],
-      swiftSettings: strict),
     .target(name: "ExampleHTTP", swiftSettings: strict),
     // The GCD C API: the header tree and the parts that need C (block forms, queue
     // attributes, dispatch_once, dispatch_debug)...
@@ -93,14 +85,11 @@ let package = Package(
     .executableTarget(
       name: "TopLevelAwaitHost", dependencies: ["LoopDispatch", "EntryShapeChecks"],
       path: "Tests/TopLevelAwaitHost", swiftSettings: strict),
-    .executableTarget(
-      name: "AutoInstallHost", dependencies: ["LoopDispatchAutoInstall", "EntryShapeChecks"],
-      path: "Tests/AutoInstallHost", swiftSettings: strict),
     .testTarget(
       name: "LoopDispatchTests",
       dependencies: [
         "LoopDispatch", "TestSupport", "LoopDispatchTestHost", "AsyncMainHost",
-        "TopLevelAwaitHost", "AutoInstallHost",
+        "TopLevelAwaitHost",
       ]),
     .testTarget(name: "ExamplesTests", dependencies: ["Examples", "TestSupport"]),
     // The request parser alone: its rules, one test each (the fuzz target is Fuzz/).
