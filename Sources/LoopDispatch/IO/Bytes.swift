@@ -79,12 +79,6 @@ public struct Bytes: Sendable {
     count = regions.reduce(0) { $0 + $1.count }
   }
 
-  /// The regions in order, as an array (allocates when there is more than none).
-  var regions: [Region] {
-    guard let head else { return [] }
-    return tail.isEmpty ? [head] : [head] + tail
-  }
-
   /// Calls `body` with each region in order until it returns false; returns false if it
   /// did. No array is made.
   @inline(__always)
@@ -151,27 +145,6 @@ public struct Bytes: Sendable {
     self.init(region: Region(storage: storage, offset: 0, count: storage.count))
   }
 
-  /// Up to `capacity` bytes that `fill` writes into new memory, returning how many it wrote
-  /// (a read). A short fill is copied into memory of its own size when it uses less than
-  /// half, so a few bytes read into a large buffer do not keep the buffer.
-  package init(readingUpTo capacity: Int, fill: (UnsafeMutableRawBufferPointer) -> Int) {
-    guard capacity > 0 else {
-      self.init()
-      return
-    }
-    var used = 0
-    let storage = ByteStorage(count: capacity) {
-      used = Swift.min(Swift.max(fill($0), 0), $0.count)
-    }
-    if used == 0 {
-      self.init()
-    } else if used * 2 < capacity {
-      self.init(copying: UnsafeRawBufferPointer(start: storage.base, count: used))
-    } else {
-      self.init(region: Region(storage: storage, offset: 0, count: used))
-    }
-  }
-
   /// Whether there are no bytes.
   public var isEmpty: Bool { count == 0 }
 
@@ -232,12 +205,11 @@ public struct Bytes: Sendable {
   public func contiguous() -> Bytes {
     if tail.isEmpty { return self }
     return Bytes(count: count) { target in
-      var offset = 0
-      for region in regions {
+      forEachRegion { offset, region in
         // Safe: the target holds `count` bytes, the sum of the regions' lengths.
         target.baseAddress!.advanced(by: offset).copyMemory(
-          from: region.buffer.baseAddress!, byteCount: region.count)
-        offset += region.count
+          from: region.baseAddress!, byteCount: region.count)
+        return true
       }
     }
   }

@@ -60,16 +60,18 @@ extension DescriptorEntry {
       finish(operation, error: EBADF)
       return
     }
-    if let interval = operation.settings.interval, case .read = operation.direction {
+    // As libdispatch: a strict interval hands over whatever arrived at each tick. A
+    // non-strict one hands over only what reached the low water mark, which each arrival
+    // already does (`received`): it needs no timer.
+    if let interval = operation.settings.interval, interval.strict,
+      case .read = operation.direction
+    {
       let timer = TimerSource(queue: queue, label: "io.channel.interval")
       let every = Duration.nanoseconds(Int64(clamping: interval.nanoseconds))
       timer.schedule(deadline: .now + every, repeating: every)
       timer.setEventHandler { [self] in
-        // As libdispatch: a strict interval hands over whatever arrived; another only what
-        // reached the low water mark (which arrival already handed over: the timer then
-        // bounds how long bytes wait only when the mark is reached between reads).
         guard !operation.finished, !operation.pending.isEmpty else { return }
-        deliver(operation, done: false, all: interval.strict)
+        deliver(operation, done: false, all: true)
       }
       operation.intervalTimer = timer
       timer.activate()
