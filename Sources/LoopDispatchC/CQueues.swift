@@ -93,6 +93,8 @@ private func qosClass(of priority: Priority) -> UInt32 {
 @_cdecl("dispatch_queue_set_width")
 public func cDispatchQueueSetWidth(_ raw: UnsafeMutableRawPointer?, _ width: Int) {
   let queue = CHandle.queue(raw, "dispatch_queue_set_width")
+  // The main and global queues keep their widths; the call is ignored (libdispatch traps).
+  if queue.livesForTheProcess { return }
   let chosen: Int
   switch width {
   case 0: chosen = 1  // As libdispatch: 0 means 1.

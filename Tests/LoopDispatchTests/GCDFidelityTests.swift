@@ -126,13 +126,6 @@ import Testing
     #expect(group.wait(timeout: .seconds(30)) == .success)
   }
 
-  @Test func setWidthOnASerialQueueTraps() async {
-    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-      Queue(label: "narrow").setWidth(2)
-    }
-    expectMessage(result, "setWidth(2) on queue \"narrow\", which is not a concurrent queue")
-  }
-
   /// queue.h: suspend, resume and contexts have no effect on the global queues (and on the
   /// main queue: the `main-thread-queue` scenario).
   @Test func globalQueuesIgnoreSuspensionAndContexts() {

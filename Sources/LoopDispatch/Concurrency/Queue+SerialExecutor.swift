@@ -12,15 +12,17 @@ import MainLoop
 /// Jobs are submitted like `async` items, so they interleave with the queue's other work in
 /// submission order. `checkIsolated` and `isIsolatingCurrentContext` look at the queues the
 /// calling thread is running, so `assumeIsolated` and `preconditionIsolated` work inside
-/// plain closures submitted to the queue. A concurrent or global queue cannot serve as a
-/// serial executor: enqueueing an actor job on one is a client bug and traps.
+/// plain closures submitted to the queue. A concurrent or global queue, or a serial queue
+/// made wide by ``Queue/setWidth(_:)``, cannot serve as a serial executor: enqueueing an
+/// actor job on one is a client bug and traps.
 extension Queue: SerialExecutor {
   /// Submits an actor's job to this queue like an `async` item; it runs in submission order
   /// with the queue's other work. Called by the Swift runtime; thread-safety: any thread.
   ///
-  /// A concurrent or global queue cannot run actor jobs: that is a client bug and traps.
+  /// A concurrent or global queue, or a serial queue made wide, cannot run actor jobs: that
+  /// is a client bug and traps.
   public func enqueue(_ job: consuming ExecutorJob) {
-    guard isSerialLike else {
+    guard isSerialLike && !isWide else {
       clientBug(
         "queue \"\(label)\" is not serial and cannot run actor jobs; use a serial queue as an actor's executor"
       )

@@ -50,18 +50,26 @@ extension Queue {
   ///
   /// On a serial queue the calls run one after another on the queue (like `sync`). On a
   /// global queue they spread over the pool, the calling thread taking part. On a custom
-  /// concurrent queue they run as work of that queue: the call waits, as a `sync` would, for
+  /// concurrent queue (or a serial queue made wide by ``setWidth(_:)``) they run as work of that queue: the call waits, as a `sync` would, for
   /// a barrier that runs or waits ahead of it and for the queue to be resumed or activated,
   /// and the helpers are items of the queue, so its width holds (libdispatch reserves the
   /// queue's width for apply). A nested call never deadlocks: an `apply` onto a concurrent
   /// queue from work already running on it runs its iterations on the calling thread.
   public func apply(iterations: Int, execute work: @Sendable (Int) -> Void) {
     if iterations <= 0 { return }
-    if isSerialLike {
-      sync { for index in 0..<iterations { work(index) } }
+    let shares = kind == .concurrent || isWide
+    if isSerialLike && !shares {
+      sync {
+        // A width change submitted before this call has applied by the time of this turn.
+        if isWide {
+          spread(iterations: iterations, helpersOnQueue: true, work)
+        } else {
+          for index in 0..<iterations { work(index) }
+        }
+      }
       return
     }
-    guard case .concurrent = kind else {
+    guard shares else {
       spread(iterations: iterations, helpersOnQueue: false, work)
       return
     }

@@ -65,9 +65,15 @@ struct TimedWork {
 
 extension Queue {
   func concurrentEnqueue(_ work: QueueWork) {
-    let enqueuedAt = Ticks.now()
-    let barrier = work.isBarrier
     countSubmission()
+    concurrentAccept(work, enqueuedAt: Ticks.now())
+  }
+
+  /// Step 1 for an item already counted as submitted: `concurrentEnqueue`'s, and a wide
+  /// serial queue's front moving an item to its back (`Queue+Wide.swift`).
+  @inline(__always)
+  func concurrentAccept(_ work: QueueWork, enqueuedAt: UInt64) {
+    let barrier = work.isBarrier
     if tryStartWithoutLock(barrier: barrier) {
       forward(work, enqueuedAt: enqueuedAt)
       return
@@ -371,6 +377,12 @@ extension Queue {
     if overResumed {
       clientBug("resume() on queue \"\(label)\" that is not suspended (over-resume)")
     }
+  }
+
+  /// A wide serial queue's back: sets the suspension count to `count()`, read under the
+  /// lock (`Queue+Wide.swift`, step 6), then starts what may start.
+  func concurrentReplaceSuspension(_ count: () -> Int) {
+    startPending { state in state.suspendCount = count() }
   }
 
   func concurrentActivate() {

@@ -41,24 +41,36 @@ extension Queue {
   /// whole process, never released (the C API's retain and release ignore them).
   package var livesForTheProcess: Bool { !isCustom }
 
-  /// Changes how many items of this concurrent queue may run at once.
+  /// Changes how many items of this queue may run at once.
   ///
-  /// Items already running finish; a wider queue starts waiting items at once, a narrower
-  /// one starts no more until fewer than `width` run. Barriers still run alone.
+  /// On a concurrent queue it applies at once: items already running finish; a wider queue
+  /// starts waiting items at once, a narrower one starts no more until fewer than `width`
+  /// run. Barriers still run alone.
+  ///
+  /// On a serial queue it applies, as libdispatch's `dispatch_queue_set_width` does, at a
+  /// barrier: the items submitted before the call run one at a time as before, and those
+  /// submitted after it run side by side up to `width` (barriers alone), in submission
+  /// order. A serial queue made wide stays wide (`setWidth(1)` makes it run one item at a
+  /// time again) and can no longer be an actor's executor. Each of its items makes one
+  /// extra hop (see `Queue+Wide.swift`); create the queue with `.concurrent` instead when
+  /// you can.
+  ///
   /// Thread-safety: any thread.
   ///
-  /// A width below 1, or a width for a queue that is not a custom concurrent queue, is a
-  /// client bug.
+  /// A width below 1, or a width for the main queue or a global queue, is a client bug (the
+  /// C API's `dispatch_queue_set_width` ignores those two, as libdispatch does).
   public func setWidth(_ width: Int) {
-    guard kind == .concurrent else {
+    if width < 1 {
+      clientBug("queue width must be at least 1, got \(width) (queue \"\(label)\")")
+    }
+    switch kind {
+    case .concurrent: concurrentSetWidth(width)
+    case .serial: serialSetWidth(width)
+    case .main, .root:
       clientBug(
-        "setWidth(\(width)) on queue \"\(label)\", which is not a concurrent queue; width applies to concurrent queues"
+        "setWidth(\(width)) on queue \"\(label)\", the main queue or a global queue, whose width is fixed"
       )
     }
-    if width < 1 {
-      clientBug("concurrent queue width must be at least 1, got \(width) (queue \"\(label)\")")
-    }
-    concurrentSetWidth(width)
   }
 
   /// The queue the calling thread is running work for, innermost first; the main queue on

@@ -9,6 +9,7 @@ import Synchronization
 /// | 0      | SCHEDULED   | a drain is queued on the target or running; its holder owns the backlog |
 /// | 1      | SYNC_LOCKED | a `sync` caller runs inline on its own thread                  |
 /// | 2      | INACTIVE    | created inactive and not yet activated                         |
+/// | 3      | WIDE        | made wide: items move on to a concurrent back (`Queue+Wide.swift`) |
 /// | 8...39 | SUSPEND     | suspend count (each `suspend()` adds `suspendOne`)             |
 ///
 /// The queue may run an item only when SCHEDULED or SYNC_LOCKED is held, and never both.
@@ -37,6 +38,9 @@ enum SerialState {
   static let scheduled: UInt64 = 1 << 0
   static let syncLocked: UInt64 = 1 << 1
   static let inactive: UInt64 = 1 << 2
+  /// Made wide by `setWidth`: the drainer moves items to the concurrent back
+  /// (`Queue+Wide.swift`). Never cleared; not blocking.
+  static let wide: UInt64 = 1 << 3
   static let suspendOne: UInt64 = 1 << 8
   static let suspendMask: UInt64 = 0xFFFF_FFFF << 8
   /// Any of these stops the queue from being scheduled.
@@ -106,7 +110,9 @@ extension Queue {
         expected: current, desired: current | SerialState.scheduled,
         ordering: .sequentiallyConsistent)
       if exchanged {
-        scheduleDrain(yielding: yielding)
+        // A wide queue's drain only moves items on to its back (`Queue+Wide.swift`): it must
+        // not wait in the run-next slot of a worker whose item may run for long.
+        scheduleDrain(yielding: yielding || current & SerialState.wide != 0)
         return
       }
       current = original
@@ -139,22 +145,25 @@ extension Queue {
       var ran = 0
       var yielded = false
       while true {
-        if state.load(ordering: .acquiring) & (SerialState.suspendMask | SerialState.inactive) != 0
-        {
-          break
-        }
+        let now = state.load(ordering: .acquiring)
+        if now & (SerialState.suspendMask | SerialState.inactive) != 0 { break }
         guard let node = takeNext() else { break }
         // Safe: the node is ours (taken from the backlog); its work moves out once.
         let work = node.pointee.work.take()!
         let enqueuedAt = node.pointee.enqueuedAt
         NodeCache.give(node)
-        recordStartExclusive(enqueuedAt: enqueuedAt)
-        if kind == .main && MainStallWatchdog.isEnabled {
-          MainStallWatchdog.shared.run(work, on: self)
+        if now & SerialState.wide != 0 {
+          // Wide (`Queue+Wide.swift`, step 3): on to the back, in order; counted there.
+          concurrentAccept(work, enqueuedAt: enqueuedAt)
         } else {
-          perform(work)
+          recordStartExclusive(enqueuedAt: enqueuedAt)
+          if kind == .main && MainStallWatchdog.isEnabled {
+            MainStallWatchdog.shared.run(work, on: self)
+          } else {
+            perform(work)
+          }
+          countCompletionExclusive()
         }
-        countCompletionExclusive()
         ran += 1
         // Step 2's bound. Checked as `>=` and followed by a break either way: a queue empty
         // at this check may be refilled before the next `takeNext`, and a drain that went on
@@ -379,8 +388,10 @@ extension Queue {
           "sync onto queue \"\(label)\", which runs on the main thread, from the main thread "
             + "outside the main queue: the main loop could never run it (deadlock)")
       }
-      let exclusiveOnly = !(current === self && barrier && current.kind == .concurrent)
-      if ThreadFrame.holds(current, exclusiveOnly: exclusiveOnly || current.kind == .serial) {
+      // A wide serial queue (`Queue+Wide.swift`) runs shared items as a concurrent one does.
+      let shares = current.kind == .concurrent || current.isWide
+      let exclusiveOnly = !(current === self && barrier && shares)
+      if ThreadFrame.holds(current, exclusiveOnly: exclusiveOnly || !shares) {
         if current === self {
           clientBug("sync onto queue \"\(label)\" already owned by this thread (deadlock)")
         }
@@ -403,6 +414,18 @@ extension Queue {
   func syncSlow(barrier: Bool, _ body: () -> Void) {
     checkSyncDeadlock(barrier: barrier)
     switch kind {
+    case .serial where isWide:
+      // `Queue+Wide.swift`, step 5: through the front, in order, for a slot of the back.
+      let direct = targetIsRoot.load(ordering: .relaxed)
+      let waiter = SyncWaiter(callerReleasesSlot: direct)
+      serialEnqueue(.syncWaiter(waiter, barrier: barrier))
+      waiter.turn.wait()
+      ThreadFrame.with(self, exclusive: barrier, body)
+      if direct {
+        concurrentFinished(barrier: barrier)
+      } else {
+        waiter.done.signal()
+      }
     case .serial, .main:
       let waiter = SyncWaiter(callerReleasesSlot: false)
       serialEnqueue(.syncWaiter(waiter, barrier: barrier))
@@ -432,7 +455,9 @@ extension Queue {
   // MARK: suspend / resume / activate
 
   func serialSuspend() {
-    state.wrappingAdd(SerialState.suspendOne, ordering: .sequentiallyConsistent)
+    let previous = state.wrappingAdd(SerialState.suspendOne, ordering: .sequentiallyConsistent)
+      .oldValue
+    if previous & SerialState.wide != 0 { copySuspensionToBack() }
   }
 
   func serialResume() {
@@ -451,6 +476,7 @@ extension Queue {
       if exchanged { break }
       current = original
     }
+    if current & SerialState.wide != 0 { copySuspensionToBack() }
     if serialHasPendingItems { wakeUp() }
   }
 

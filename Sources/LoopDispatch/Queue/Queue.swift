@@ -95,19 +95,33 @@ public final class Queue: @unchecked Sendable {
   // MARK: Concurrent state
 
   /// Present for custom concurrent queues. Protected by its own lock.
-  let concurrentState: LockedValue<ConcurrentState>?
+  private let ownConcurrentState: LockedValue<ConcurrentState>?
+  /// Atomic. A serial queue made wide (`Queue+Wide.swift`): its concurrent state, retained
+  /// until deinit, published before the WIDE bit of `state`; nil until then.
+  let wideStatePointer = Atomic<UnsafeMutableRawPointer?>(nil)
   /// Atomic. A custom concurrent queue's state word (`ConcurrentWord.swift`); 0 otherwise.
   let concurrentWord = Atomic<UInt64>(0)
   /// Atomic. A custom concurrent queue's width, for its lock-free paths: written under its
   /// lock (`ConcurrentState.width` is the copy the lock holder uses), read relaxed.
   let concurrentWidth = Atomic<Int>(Int.max)
 
+  /// The concurrent state: a custom concurrent queue's, or a wide serial queue's (nil for
+  /// a serial queue not made wide, and for the main and global queues).
+  var concurrentState: LockedValue<ConcurrentState>? {
+    if let ownConcurrentState { return ownConcurrentState }
+    guard let raw = wideStatePointer.load(ordering: .acquiring) else { return nil }
+    // Safe: retained by this queue until deinit once published (`becomeWide`).
+    return Unmanaged<LockedValue<ConcurrentState>>.fromOpaque(raw).takeUnretainedValue()
+  }
+
   /// Maximum items running at once: 1 for serial queues and the main queue, unlimited for
-  /// global queues, the width (``setWidth(_:)``) of a concurrent queue.
+  /// global queues, the width (``setWidth(_:)``) of a concurrent queue or of a serial queue
+  /// made wide.
   public var width: Int {
     switch kind {
     case .root: return Int.max
-    case .serial, .main: return 1
+    case .main: return 1
+    case .serial: return isWide ? concurrentState!.withLock { $0.width } : 1
     case .concurrent: return concurrentState!.withLock { $0.width }
     }
   }
@@ -160,7 +174,7 @@ public final class Queue: @unchecked Sendable {
       }
       sanitizerWidth = UInt16(clamping: width ?? Int.max)
       let inactive = attributes.contains(.initiallyInactive)
-      concurrentState = LockedValue(
+      ownConcurrentState = LockedValue(
         ConcurrentState(inactive: inactive, width: width ?? Int.max), adaptive: true)
       concurrentWidth.store(width ?? Int.max, ordering: .relaxed)
       if inactive { concurrentWord.store(ConcurrentWord.stopped, ordering: .relaxed) }
@@ -170,7 +184,7 @@ public final class Queue: @unchecked Sendable {
         clientBug(
           "width \(width) given for serial queue \"\(label)\"; width applies to concurrent queues")
       }
-      concurrentState = nil
+      ownConcurrentState = nil
       if attributes.contains(.initiallyInactive) {
         state.store(SerialState.inactive, ordering: .relaxed)
       }
@@ -187,7 +201,7 @@ public final class Queue: @unchecked Sendable {
     kernelName = .none
     kind = .root(priority, overcommit: overcommit)
     sanitizerWidth = UInt16.max
-    concurrentState = nil
+    ownConcurrentState = nil
     firstTarget = nil
     // Listed from the start; never released.
     _ = QueueRegistry.shared.register(
@@ -200,7 +214,7 @@ public final class Queue: @unchecked Sendable {
     label = mainQueueLabel
     kernelName = .none
     kind = .main
-    concurrentState = nil
+    ownConcurrentState = nil
     firstTarget = nil
     _ = installCounters()  // Listed from the start; never released.
   }
@@ -215,8 +229,12 @@ public final class Queue: @unchecked Sendable {
     }
     RuntimeCounters.liveQueues.wrappingSubtract(1, ordering: .relaxed)
     if kind == .serial {
-      let pending = serialHasPendingItems
+      let pending =
+        serialHasPendingItems || (concurrentState?.withLock { !$0.pending.isEmpty } ?? false)
       freeSerialItems()
+      if let raw = wideStatePointer.load(ordering: .acquiring) {
+        Unmanaged<LockedValue<ConcurrentState>>.fromOpaque(raw).release()
+      }
       if pending {
         clientBug(
           "queue \"\(label)\" was released while suspended or inactive with work still queued")
