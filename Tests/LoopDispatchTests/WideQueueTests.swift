@@ -178,7 +178,9 @@ import Testing
     #expect(firstIn.wait(seconds: 30))
     queue.async { secondRan.open() }
     // Until the front has handed the second item to the back, where it waits for width.
-    while queue.serialHasPendingItems || queue.state.load(ordering: .acquiring) & SerialState.scheduled != 0 {
+    while queue.serialHasPendingItems
+      || queue.state.load(ordering: .acquiring) & SerialState.scheduled != 0
+    {
       sched_yield()
     }
     queue.suspend()
