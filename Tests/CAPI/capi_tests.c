@@ -612,6 +612,44 @@ extern long _loopdispatch_block_live_records(void);
 // Every block object's record (and the program's block it copied) goes with the block's
 // last release, whether it ran, was cancelled or never ran; a block queued when released
 // lives until it ran.
+// dispatch_queue_set_width on a queue created serial (the idiom of libdispatch's
+// dispatch_concur; today's libdispatch traps "Cannot set width of a serial queue"): the queue
+// becomes wide for the work submitted after the call, sync readers then run side by side
+// with barriers alone, width 1 makes it run one item at a time in order again, and the main
+// and global queues ignore the call.
+// Width 1: one item at a time, so these plain fields need no atomics (the queue orders the
+// items, and the barrier_sync after them orders them before the check).
+static int wide_next, wide_out_of_order;
+
+static void wide_record(void *context) {
+  if ((intptr_t)context != wide_next) wide_out_of_order++;
+  wide_next++;
+}
+
+static void test_wide_serial_queue(void) {
+  dispatch_queue_t queue = dispatch_queue_create("c.wide", NULL);
+  CHECK(width_at_offset(queue) == 1, "a serial queue is 1 wide");
+  dispatch_queue_set_width(queue, 128);
+  dispatch_barrier_sync(queue, ^{});  // The width has applied.
+  CHECK(width_at_offset(queue) == 128, "set_width(128) on a serial queue: %u wide",
+        width_at_offset(queue));
+  check_sync_readers("sync readers, serial queue made wide", queue, NULL);
+  dispatch_queue_set_width(queue, 1);
+  for (intptr_t i = 0; i < 1000; i++) dispatch_async_f(queue, (void *)i, wide_record);
+  dispatch_barrier_sync(queue, ^{});
+  CHECK(width_at_offset(queue) == 1, "set_width(1) on the wide queue: 1 wide");
+  CHECK(wide_next == 1000 && wide_out_of_order == 0,
+        "width 1 again: 1000 items in submission order (%d ran, %d out of order)", wide_next,
+        wide_out_of_order);
+  dispatch_release(queue);
+  dispatch_queue_set_width(dispatch_get_global_queue(0, 0), 4);
+  dispatch_queue_set_width(dispatch_get_main_queue(), 4);
+  CHECK(width_at_offset(dispatch_get_main_queue()) == 1, "the main queue ignores set_width");
+  __block int ran = 0;
+  dispatch_sync(dispatch_get_global_queue(0, 0), ^{ ran = 1; });
+  CHECK(ran, "a global queue still runs work after set_width");
+}
+
 static void test_block_object_lifetime(void) {
   long before = _loopdispatch_block_live_records();
   dispatch_queue_t queue = dispatch_queue_create("c.block-life", DISPATCH_QUEUE_SERIAL);
@@ -1337,6 +1375,7 @@ int main(int argc, char **argv) {
   test_memorypressure_source();
   test_vnode_source();
   test_sanitizer_layout();
+  test_wide_serial_queue();
   test_data();
   test_io();
   static pthread_t main_thread;
