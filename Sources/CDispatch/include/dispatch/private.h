@@ -22,9 +22,11 @@ enum {
 #define DISPATCH_QUEUE_WIDTH_MAX_PHYSICAL_CPUS -2
 #define DISPATCH_QUEUE_WIDTH_MAX_LOGICAL_CPUS -3
 
-/* Deprecated in libdispatch, still used: how many items of a concurrent queue may run at once
- * (0 means 1). Items already running finish; the new width applies to items started after
- * the call. On a serial queue it is a client bug (libdispatch crashes too). */
+/* Deprecated in libdispatch, still used: how many items of a queue may run at once (0 means
+ * 1). On a concurrent queue items already running finish and the new width applies to items
+ * started after the call. A queue created serial becomes wide for the work submitted after
+ * the call (a barrier-like change; today's libdispatch traps there). The main and global
+ * queues ignore it. */
 DISPATCH_EXPORT void dispatch_queue_set_width(dispatch_queue_t queue, long width);
 
 DISPATCH_C_END
