@@ -3,6 +3,8 @@
 // and against LoopDispatch and requires the same output.
 #include "diff_compat.h"
 
+#include <pthread.h>
+
 static int parent_key, main_key, target_key;
 static atomic_int finalized_with_null, finalized_with_context, group_finalized_on_target;
 
@@ -188,6 +190,71 @@ static void widths(void) {
   dispatch_release(queue);
 }
 
+// Sync readers of a concurrent queue run side by side: READERS (80) pthreads each dispatch_sync_f
+// onto one queue, and each reader waits inside until all READERS are in (10 s at most), with
+// the queue's target global, then a custom concurrent queue (libdispatch's dispatch_readsync).
+enum { READERS = 80 };  // More than the 64 threads a pool may add for blocked workers.
+static atomic_int readers_in, readers_met;
+
+static void meeting_reader(void *context) {
+  (void)context;
+  atomic_fetch_add(&readers_in, 1);
+  WAIT_UNTIL(atomic_load(&readers_in) >= READERS);
+  if (atomic_load(&readers_in) >= READERS) atomic_fetch_add(&readers_met, 1);
+}
+
+static void *sync_reader_thread(void *queue) {
+  dispatch_sync_f(queue, NULL, meeting_reader);
+  return NULL;
+}
+
+static int readers_meet(dispatch_queue_t queue) {
+  atomic_store(&readers_in, 0);
+  atomic_store(&readers_met, 0);
+  pthread_t threads[READERS];
+  for (int i = 0; i < READERS; i++) pthread_create(&threads[i], NULL, sync_reader_thread, queue);
+  for (int i = 0; i < READERS; i++) pthread_join(threads[i], NULL);
+  return atomic_load(&readers_met);
+}
+
+static void sync_readers(void) {
+  dispatch_queue_t queue = dispatch_queue_create("diff.readers", DISPATCH_QUEUE_CONCURRENT);
+  SAY("sync readers inside a concurrent queue at once", "%d of %d", readers_meet(queue), READERS);
+  dispatch_queue_t target = dispatch_queue_create("diff.readers.t", DISPATCH_QUEUE_CONCURRENT);
+  dispatch_set_target_queue(queue, target);
+  dispatch_barrier_sync(queue, ^{});
+  SAY("sync readers inside, through a concurrent target", "%d of %d", readers_meet(queue),
+      READERS);
+  dispatch_release(queue);
+  dispatch_release(target);
+}
+
+// dispatch_suspend and dispatch_resume on objects that are neither queues nor sources do
+// nothing (libdispatch's object.h leaves them to queues and sources).
+static void suspend_other_objects(void) {
+  dispatch_group_t group = dispatch_group_create();
+  dispatch_semaphore_t semaphore = dispatch_semaphore_create(0);
+  dispatch_data_t data = dispatch_data_create("ab", 2, NULL, DISPATCH_DATA_DESTRUCTOR_DEFAULT);
+  dispatch_suspend(group);
+  dispatch_suspend(semaphore);
+  dispatch_suspend(data);
+  dispatch_resume(group);
+  dispatch_resume(group);  // Unbalanced: nothing either.
+  dispatch_resume(semaphore);
+  dispatch_resume(data);
+  dispatch_group_async(group, dispatch_get_global_queue(0, 0), ^{
+    dispatch_semaphore_signal(semaphore);
+  });
+  SAY("a group works after suspend and resume", "%ld",
+      dispatch_group_wait(group, dispatch_time(DISPATCH_TIME_NOW, 10 * NSEC_PER_SEC)));
+  SAY("a semaphore works after suspend and resume", "%ld",
+      dispatch_semaphore_wait(semaphore, dispatch_time(DISPATCH_TIME_NOW, 10 * NSEC_PER_SEC)));
+  SAY("a data object keeps its size", "%zu", dispatch_data_get_size(data));
+  dispatch_release(group);
+  dispatch_release(semaphore);
+  dispatch_release(data);
+}
+
 static void data_replace(void) {
   dispatch_source_t source =
       dispatch_source_create(DISPATCH_SOURCE_TYPE_DATA_REPLACE, 0, 0, NULL);
@@ -227,6 +294,8 @@ int main(void) {
   qos_classes();
   specifics_labels_contexts();
   widths();
+  sync_readers();
+  suspend_other_objects();
   data_replace();
   // queue.h: suspend and resume have no effect on the main queue.
   dispatch_suspend(dispatch_get_main_queue());
