@@ -80,6 +80,17 @@
  *              CPU and allocations per timer. BENCH_VERBOSE=1 also prints to standard error
  *              how long the submitting took, when the last fired, and the min, p50, p99 and
  *              max lateness.
+ *   sync_readers 128 pthreads, released together, each make 7812 synchronous calls onto one
+ *              custom concurrent queue (1M in all): dispatch_sync_f readers, every 100th call
+ *              a dispatch_barrier_sync_f. Checked: no reader runs beside a barrier (an atomic
+ *              "barrier running" flag, looked at when a reader starts and ends, and the barrier
+ *              count, written by barriers only, the same at both ends), every barrier sees zero
+ *              readers inside (readers count themselves in and out), a reader sees every
+ *              barrier its own thread made before it, and the end sees every barrier and every
+ *              reader; a violation aborts. ns/call. BENCH_VERBOSE=1 also prints to standard
+ *              error the peak number of readers inside at once (whether the sync readers run
+ *              side by side). Bimodal: a run where the threads never meet (each one's calls
+ *              fit in a time slice) is about 50 ns/call on either library; see the row's code.
  */
 #include <dispatch/dispatch.h>
 
@@ -514,7 +525,7 @@ static struct result bench_rw_barrier(long items) {
 // The submitting pthreads are created first and wait at a barrier with the main thread; the main
 // thread takes the start stamp once they are all there and then releases them together.
 
-enum { producers_max = 8 };
+enum { producers_max = 128 };
 
 struct producers {
   int threads;
@@ -746,6 +757,139 @@ static struct result bench_after_dense(long timers) {
   free(order);
   free(lateness);
   return result;
+}
+
+// ---- 11: sync readers and barriers on a concurrent queue from many threads -------------------
+// 128 pthreads, released together, each make size / 128 synchronous calls (7812 at full size)
+// onto one custom concurrent queue: dispatch_sync_f readers, every 100th call a
+// dispatch_barrier_sync_f.
+// What the queue promises, and what is checked (a violation aborts):
+// - a reader never runs beside a barrier: a reader looks at the "barrier running" flag when it
+//   starts and when it ends, and the barrier count (written by barriers only) must be the same
+//   at both ends;
+// - a barrier runs alone: it sees zero readers inside (readers count themselves in and out of
+//   an atomic) both after raising its flag and before lowering it, and no other barrier's flag;
+// - a reader sees every barrier its own thread made before it (the count is at least that);
+// - at the end the barrier count and each thread's reader count are what was asked for.
+// The reader's count-in and the barrier's flag are both seq_cst stores/RMWs followed by a
+// seq_cst load of the other's (Dekker): if a reader and a barrier overlap, at least one of the
+// two sees the other. The peak number of readers inside at once is kept too (BENCH_VERBOSE=1
+// prints it): it shows whether the sync readers really run side by side.
+// Two regimes, on both libraries: usually the threads meet, and once a barrier waits, the
+// readers behind it wait too (a queue convoy; on 2 CPUs about 1.5-7 us/call, peak 2-3 inside);
+// but some runs fall into one where the scheduler runs the threads one after another, each
+// thread's 7812 calls fitting in a time slice (about 50 ns/call, peak 1). The harness's
+// median over the runs, and the ranges it prints, show which a run was.
+
+enum { sync_readers_threads = 128, sync_readers_barrier_every = 100 };
+_Static_assert(sync_readers_threads <= producers_max,
+               "struct producers holds at most producers_max threads");
+
+struct sync_reader {
+  _Alignas(64) long reads;  // This thread's reader calls that ran (only its own calls touch it).
+  long barriers;            // This thread's barrier calls that returned.
+};
+
+static struct producers sync_readers;
+static dispatch_queue_t sync_readers_queue;
+static struct sync_reader sync_reader[sync_readers_threads];
+static atomic_long sync_readers_writes;          // Written by barriers only (load + store).
+static atomic_int sync_readers_barrier_running;  // 1 while a barrier runs.
+static atomic_int sync_readers_inside;           // Readers between their start and end.
+static atomic_int sync_readers_peak;             // The most readers inside at once.
+
+static void sync_readers_violation(const char *what, long seen, long expected) {
+  fprintf(stderr, "bench: sync_readers: %s (saw %ld, expected %ld)\n", what, seen, expected);
+  abort();
+}
+
+static void sync_readers_reader(void *context) {
+  struct sync_reader *thread = context;
+  int inside = atomic_fetch_add_explicit(&sync_readers_inside, 1, memory_order_seq_cst) + 1;
+  int peak = atomic_load_explicit(&sync_readers_peak, memory_order_relaxed);
+  while (inside > peak && !atomic_compare_exchange_weak_explicit(
+                              &sync_readers_peak, &peak, inside, memory_order_relaxed,
+                              memory_order_relaxed)) {
+  }
+  if (atomic_load_explicit(&sync_readers_barrier_running, memory_order_seq_cst)) {
+    sync_readers_violation("a reader started while a barrier ran", 1, 0);
+  }
+  long writes = atomic_load_explicit(&sync_readers_writes, memory_order_relaxed);
+  if (writes < thread->barriers) {
+    sync_readers_violation("a reader missed a barrier its own thread made before it", writes,
+                           thread->barriers);
+  }
+  if (atomic_load_explicit(&sync_readers_barrier_running, memory_order_seq_cst)) {
+    sync_readers_violation("a barrier started while a reader ran", 1, 0);
+  }
+  long after = atomic_load_explicit(&sync_readers_writes, memory_order_relaxed);
+  if (after != writes) sync_readers_violation("a barrier ran while a reader ran", after, writes);
+  thread->reads++;
+  atomic_fetch_sub_explicit(&sync_readers_inside, 1, memory_order_release);
+}
+
+static void sync_readers_barrier(void *context) {
+  (void)context;
+  if (atomic_exchange_explicit(&sync_readers_barrier_running, 1, memory_order_seq_cst) != 0) {
+    sync_readers_violation("two barriers ran at once", 2, 1);
+  }
+  int inside = atomic_load_explicit(&sync_readers_inside, memory_order_seq_cst);
+  if (inside != 0) sync_readers_violation("a barrier started with readers inside", inside, 0);
+  long writes = atomic_load_explicit(&sync_readers_writes, memory_order_relaxed);
+  atomic_store_explicit(&sync_readers_writes, writes + 1, memory_order_relaxed);
+  inside = atomic_load_explicit(&sync_readers_inside, memory_order_seq_cst);
+  if (inside != 0) sync_readers_violation("a reader started while a barrier ran", inside, 0);
+  atomic_store_explicit(&sync_readers_barrier_running, 0, memory_order_release);
+}
+
+static void *sync_readers_thread(void *context) {
+  struct sync_reader *thread = context;
+  producers_wait_for_start(&sync_readers);
+  for (long i = 0; i < sync_readers.items_per_thread; i++) {
+    if (i % sync_readers_barrier_every == sync_readers_barrier_every - 1) {
+      dispatch_barrier_sync_f(sync_readers_queue, NULL, sync_readers_barrier);
+      thread->barriers++;
+    } else {
+      dispatch_sync_f(sync_readers_queue, thread, sync_readers_reader);
+    }
+  }
+  return NULL;
+}
+
+static struct result bench_sync_readers(long calls) {
+  long per_thread = calls / sync_readers_threads, total = per_thread * sync_readers_threads;
+  long barriers_per_thread = per_thread / sync_readers_barrier_every;
+  sync_readers_queue = dispatch_queue_create("bench.sync_readers", DISPATCH_QUEUE_CONCURRENT);
+  atomic_store(&sync_readers_writes, 0);
+  atomic_store(&sync_readers_barrier_running, 0);
+  atomic_store(&sync_readers_inside, 0);
+  atomic_store(&sync_readers_peak, 0);
+  void *contexts[sync_readers_threads];
+  for (int t = 0; t < sync_readers_threads; t++) {
+    sync_reader[t].reads = 0;
+    sync_reader[t].barriers = 0;
+    contexts[t] = &sync_reader[t];
+  }
+  producers_create(&sync_readers, sync_readers_threads, per_thread, sync_readers_thread, contexts);
+  struct stamp start = stamp_now();
+  producers_go(&sync_readers);
+  producers_join(&sync_readers);  // Every call returned.
+  struct stamp end = stamp_now();
+  long writes = atomic_load(&sync_readers_writes);
+  long barriers = barriers_per_thread * sync_readers_threads;
+  if (writes != barriers) sync_readers_violation("barriers at the end", writes, barriers);
+  for (int t = 0; t < sync_readers_threads; t++) {
+    check_count("sync_readers (one thread's readers)", sync_reader[t].reads,
+                per_thread - barriers_per_thread);
+  }
+  const char *verbose = getenv("BENCH_VERBOSE");
+  if (verbose != NULL && strcmp(verbose, "1") == 0) {
+    fprintf(stderr,
+            "bench: sync_readers %ld calls (%ld barriers): peak readers inside at once %d\n",
+            total, writes, atomic_load(&sync_readers_peak));
+  }
+  dispatch_release(sync_readers_queue);
+  return result_between(start, end, total);
 }
 
 // ---- I/O channels: a pipe, a socket pair, a regular file -------------------------------------
@@ -1040,6 +1184,9 @@ static const struct row rows[] = {
     {"after_dense", 100000, bench_after_dense,
      "100k dispatch_after_f over 200 ms, shuffled: p99 lateness in ns (wall column), CPU and "
      "allocs per timer"},
+    {"sync_readers", 1000000, bench_sync_readers,
+     "128 pthreads x 7812 dispatch_sync_f onto one concurrent queue, every 100th a "
+     "dispatch_barrier_sync_f (ns/call)"},
 #ifdef DISPATCH_IO_STREAM
     {"io_pipe", 256, bench_io_pipe,
      "256 MiB through a pipe, a writer channel and a reader channel (ns/MiB)"},
