@@ -271,9 +271,10 @@ public func cLoopdispatchAfterF(
   let function = cWork(work, "dispatch_after_f")
   let target = CHandle.queue(queue, "dispatch_after_f")
   guard let deadline = CTime.deadline(when) else { return }  // FOREVER: never.
-  if barrier != 0, target.isConcurrent {
-    // A barrier on a custom concurrent queue: when the time comes, submit it as a barrier
-    // (the timer itself lives beside the queue's global queue).
+  if barrier != 0, !target.livesForTheProcess {
+    // A barrier on a custom queue (concurrent, or serial and perhaps made wide by
+    // set_width): when the time comes, submit it as a barrier (the timer itself lives beside
+    // the queue's global queue).
     let call = CWork(function: function, context: context)
     Queue.global().after(deadline: deadline) { target.async(flags: .barrier) { call.run() } }
     return

@@ -164,6 +164,7 @@ import Testing
   /// waiting there for width; `resume` lets them go.
   @Test func suspensionHoldsItemsWaitingForWidth() {
     let queue = Queue(label: "wide-suspend")
+    queue.setWidth(2)
     queue.setWidth(1)
     queue.sync(flags: .barrier) {}
     let gate = Latch()
@@ -192,22 +193,107 @@ import Testing
     #expect(secondRan.wait(seconds: 30))
   }
 
-  @Test func aWideQueueCannotBeAnActorsExecutor() async {
-    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-      actor OnQueue {
-        let queue: Queue
-        init(_ queue: Queue) { self.queue = queue }
-        nonisolated var unownedExecutor: UnownedSerialExecutor {
-          queue.asUnownedSerialExecutor()
-        }
-        func touch() {}
+  /// An actor whose executor is made wide still runs one job at a time (actor jobs are
+  /// barrier items), also for jobs queued before the switch.
+  @Test func anActorOnAQueueMadeWideRunsOneJobAtATime() async {
+    actor OnQueue {
+      let queue: Queue
+      let occupancy = Occupancy()
+      init(_ queue: Queue) { self.queue = queue }
+      nonisolated var unownedExecutor: UnownedSerialExecutor { queue.asUnownedSerialExecutor() }
+      func touch() {
+        occupancy.enter()
+        for _ in 0..<2000 { _ = occupancy.inside.load(ordering: .relaxed) }
+        occupancy.leave()
       }
-      let queue = Queue(label: "wide-actor")
-      queue.setWidth(2)
-      queue.sync(flags: .barrier) {}
-      await OnQueue(queue).touch()
     }
-    expectMessage(result, "queue \"wide-actor\" is not serial and cannot run actor jobs")
+    let queue = Queue(label: "wide-actor")
+    let actor = OnQueue(queue)
+    await withTaskGroup(of: Void.self) { group in
+      for index in 0..<400 {
+        if index == 50 { queue.setWidth(8) }
+        group.addTask { await actor.touch() }
+      }
+    }
+    #expect(queue.width == 8)
+    #expect(actor.occupancy.most.load(ordering: .sequentiallyConsistent) == 1)
+  }
+
+  /// A serial queue that targets a wide one holds one shared slot of it while it drains: a
+  /// `sync` from its work onto the wide queue is legal (no false deadlock trap), and does not
+  /// count as holding the wide queue alone.
+  @Test func syncOntoAWideTargetFromItsChildIsNotADeadlock() async {
+    await #expect(processExitsWith: .success) {
+      let wide = Queue(label: "wide-parent")
+      wide.setWidth(4)
+      wide.sync(flags: .barrier) {}
+      let child = Queue(label: "child", target: wide)
+      var ran = false
+      child.sync {
+        precondition(!wide.isHeldExclusivelyByCurrentThread)
+        wide.sync { ran = true }
+      }
+      precondition(ran)
+    }
+  }
+
+  /// An I/O channel's handlers for a queue on which `setWidth` was called still run one at a
+  /// time, in the order of the bytes.
+  @Test func ioHandlersOnAWideQueueRunInOrder() throws {
+    var ends: [Int32] = [-1, -1]
+    #expect(pipe(&ends) == 0)
+    defer { close(ends[0]) }
+    let queue = Queue(label: "wide-io")
+    queue.setWidth(8)
+    let occupancy = Occupancy()
+    let received = Locked<[UInt8]>([])
+    let ended = Latch()
+    let channel = IOChannel(kind: .stream, fd: ends[0])
+    channel.setLowWater(1)
+    channel.read(length: Int.max, queue: queue) { done, data, _ in
+      occupancy.enter()
+      let bytes = data.array
+      for _ in 0..<20_000 { _ = occupancy.inside.load(ordering: .relaxed) }
+      received.withLock { $0.append(contentsOf: bytes) }
+      occupancy.leave()
+      if done { ended.open() }
+    }
+    let writer = ends[1]
+    let chunks = 64
+    var expected: [UInt8] = []
+    for index in 0..<chunks {
+      let chunk = [UInt8](repeating: UInt8(index), count: 512)
+      expected += chunk
+      #expect(chunk.withUnsafeBytes { Glibc.write(writer, $0.baseAddress, 512) } == 512)
+    }
+    close(writer)
+    #expect(ended.wait(seconds: 30))
+    #expect(received.withLock { $0 } == expected)
+    #expect(occupancy.most.load(ordering: .sequentiallyConsistent) == 1)
+    channel.close()
+  }
+
+  /// `setWidth(1)` on a queue never made wide changes nothing (it keeps the lock-free `sync`).
+  @Test func widthOneOnASerialQueueChangesNothing() {
+    let queue = Queue(label: "still-serial")
+    queue.setWidth(1)
+    #expect(!queue.widthRequested)
+    #expect(queue.state.load(ordering: .acquiring) == 0)
+    #expect(queue.sync { 7 } == 7)
+  }
+
+  /// A queue released while inactive with a width change still queued is freed, and says so
+  /// like any queue released with work queued.
+  @Test func aQueueReleasedWithAWidthChangeQueuedIsFreed() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      do {
+        let queue = Queue(label: "pending-width", attributes: .initiallyInactive)
+        queue.setWidth(2)
+      }
+    }
+    expectMessage(
+      result,
+      "queue \"pending-width\" was released while suspended or inactive with work still queued")
   }
 
   @Test func setWidthOnTheMainQueueTraps() async {

@@ -12,23 +12,24 @@ import MainLoop
 /// Jobs are submitted like `async` items, so they interleave with the queue's other work in
 /// submission order. `checkIsolated` and `isIsolatingCurrentContext` look at the queues the
 /// calling thread is running, so `assumeIsolated` and `preconditionIsolated` work inside
-/// plain closures submitted to the queue. A concurrent or global queue, or a serial queue
-/// made wide by ``Queue/setWidth(_:)``, cannot serve as a serial executor: enqueueing an
-/// actor job on one is a client bug and traps.
+/// plain closures submitted to the queue. A concurrent or global queue cannot serve as a
+/// serial executor: enqueueing an actor job on one is a client bug and traps. (A serial queue
+/// made wide by ``Queue/setWidth(_:)`` can: actor jobs run on it as barriers.)
 extension Queue: SerialExecutor {
   /// Submits an actor's job to this queue like an `async` item; it runs in submission order
   /// with the queue's other work. Called by the Swift runtime; thread-safety: any thread.
   ///
-  /// A concurrent or global queue, or a serial queue made wide, cannot run actor jobs: that
-  /// is a client bug and traps.
+  /// A concurrent or global queue cannot run actor jobs: that is a client bug and traps.
   public func enqueue(_ job: consuming ExecutorJob) {
-    guard isSerialLike && !isWide else {
+    guard isSerialLike else {
       clientBug(
         "queue \"\(label)\" is not serial and cannot run actor jobs; use a serial queue as an actor's executor"
       )
     }
     let job = UnownedJob(job)
-    async { [self] in job.runSynchronously(on: asUnownedSerialExecutor()) }
+    // A barrier: on a serial queue an ordinary item; on one made wide (`Queue+Wide.swift`)
+    // it still runs alone, so the actor's jobs never overlap.
+    async(flags: .barrier) { [self] in job.runSynchronously(on: asUnownedSerialExecutor()) }
   }
 
   /// This queue as an actor's executor: return it from the actor's `unownedExecutor`.

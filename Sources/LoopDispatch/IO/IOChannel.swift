@@ -430,11 +430,12 @@ public final class IOChannel: @unchecked Sendable {
   private var handlerQueues: [ObjectIdentifier: Queue] = [:]
 
   /// A serial queue on which handlers for `target` run in order: `target` itself when it is
-  /// serial (or the main queue), else one made once per channel and target.
+  /// serial (or the main queue), else one made once per channel and target (also for a
+  /// serial queue on which `setWidth` was called: `Queue+Wide.swift`).
   private func handlerQueue(for target: Queue) -> Queue {
     switch target.kind {
-    case .serial, .main: return target
-    case .root, .concurrent:
+    case .serial where !target.widthRequested, .main: return target
+    case .root, .concurrent, .serial:
       if let made = handlerQueues[ObjectIdentifier(target)] { return made }
       let made = Queue(label: "io.handler", target: target)
       made.namesThreads = false

@@ -51,8 +51,8 @@ extension Queue {
   /// barrier: the items submitted before the call run one at a time as before, and those
   /// submitted after it run side by side up to `width` (barriers alone), in submission
   /// order. A serial queue made wide stays wide (`setWidth(1)` makes it run one item at a
-  /// time again) and can no longer be an actor's executor. Each of its items makes one
-  /// extra hop (see `Queue+Wide.swift`); create the queue with `.concurrent` instead when
+  /// time again; on a queue never made wide it changes nothing); an actor whose executor it
+  /// is still runs one job at a time. Each of its items makes one extra hop (see `Queue+Wide.swift`); create the queue with `.concurrent` instead when
   /// you can.
   ///
   /// Thread-safety: any thread.

@@ -10,6 +10,7 @@ import Synchronization
 /// | 1      | SYNC_LOCKED | a `sync` caller runs inline on its own thread                  |
 /// | 2      | INACTIVE    | created inactive and not yet activated                         |
 /// | 3      | WIDE        | made wide: items move on to a concurrent back (`Queue+Wide.swift`) |
+/// | 4      | WIDTH_REQ   | `setWidth` was called (WIDE follows at its barrier)            |
 /// | 8...39 | SUSPEND     | suspend count (each `suspend()` adds `suspendOne`)             |
 ///
 /// The queue may run an item only when SCHEDULED or SYNC_LOCKED is held, and never both.
@@ -41,6 +42,9 @@ enum SerialState {
   /// Made wide by `setWidth`: the drainer moves items to the concurrent back
   /// (`Queue+Wide.swift`). Never cleared; not blocking.
   static let wide: UInt64 = 1 << 3
+  /// `setWidth` was called (set at the call, before WIDE): handlers that must run in order
+  /// (an I/O channel's) no longer rely on this queue's order. Never cleared; not blocking.
+  static let widthRequested: UInt64 = 1 << 4
   static let suspendOne: UInt64 = 1 << 8
   static let suspendMask: UInt64 = 0xFFFF_FFFF << 8
   /// Any of these stops the queue from being scheduled.
@@ -430,7 +434,12 @@ extension Queue {
       let waiter = SyncWaiter(callerReleasesSlot: false)
       serialEnqueue(.syncWaiter(waiter, barrier: barrier))
       waiter.turn.wait()
-      withChainFrames(body)
+      if isWide {
+        // Queued before the switch, handed its turn by a worker of the back: one slot.
+        ThreadFrame.with(self, exclusive: barrier, body)
+      } else {
+        withChainFrames(body)
+      }
       waiter.done.signal()
     case .concurrent:
       let direct = targetIsRoot.load(ordering: .relaxed)

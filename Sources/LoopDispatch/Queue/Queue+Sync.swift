@@ -107,7 +107,8 @@ extension Queue {
   /// chain (held on this thread's behalf by the drainer that handed it a `sync` turn).
   /// The ancestors' frames are pushed first, so this queue's frame is innermost.
   func withChainFrames(_ body: () -> Void) {
-    if let next = target, next.kind == .serial {
+    // A wide target (`Queue+Wide.swift`) gave its drain one shared slot, not the queue.
+    if let next = target, next.kind == .serial && !next.isWide {
       next.withChainFrames { ThreadFrame.with(self, exclusive: true, body) }
     } else {
       ThreadFrame.with(self, exclusive: true, body)

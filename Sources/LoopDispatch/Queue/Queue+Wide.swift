@@ -29,7 +29,8 @@ import Synchronization
 ///    barrier of the back, so it changes the width between the items before and after it.
 /// 4. Every submission keeps going through the front (`kind` stays `.serial`), so order is
 ///    the front's FIFO order whatever the moment of the switch. The cost is one hop per item,
-///    paid only by queues made wide.
+///    paid only by queues made wide. (The helpers of an `apply` already running on the queue
+///    go straight to the back: they are part of that call, not new submissions.)
 /// 5. `sync`: WIDE is set only while a drainer holds SCHEDULED (never together with
 ///    SYNC_LOCKED), and the lock-free `sync` takes SYNC_LOCKED only from a state word of 0,
 ///    so once WIDE is set every `sync` queues a waiter through the front. A caller that saw
@@ -43,17 +44,30 @@ import Synchronization
 ///    order is seen by the switch's copy, one after it copies for itself). A suspended wide
 ///    queue therefore starts nothing, neither from the front nor among the back's waiting
 ///    items.
-/// 7. A wide queue is no longer serial: actors cannot use it as their executor, and
-///    `dispatch_apply` on it spreads like on a concurrent queue.
+/// 7. A wide queue is no longer serial: `dispatch_apply` on it spreads like on a concurrent
+///    queue, and an I/O channel's handlers for it go through a serial queue of their own (from
+///    the `setWidth` call: WIDTH_REQ). Actor jobs are barrier items, so an actor whose
+///    executor is made wide still runs one job at a time.
 extension Queue {
   /// Whether this serial queue was made wide (WIDE is set; never cleared).
   var isWide: Bool {
     kind == .serial && state.load(ordering: .acquiring) & SerialState.wide != 0
   }
 
-  /// Step 1: the width change as a barrier item through the front.
+  /// Whether `setWidth` was ever called on this serial queue (WIDTH_REQ; WIDE may not be
+  /// set yet). Handlers that rely on the queue's order check this.
+  var widthRequested: Bool {
+    kind == .serial && state.load(ordering: .acquiring) & SerialState.widthRequested != 0
+  }
+
+  /// Step 1: the width change as a barrier item through the front. `setWidth(1)` on a queue
+  /// never made wide changes nothing.
   func serialSetWidth(_ width: Int) {
-    serialEnqueue(.closure({ [self] in applyWidth(width) }, barrier: true))
+    if width == 1 && !widthRequested { return }
+    state.bitwiseOr(SerialState.widthRequested, ordering: .sequentiallyConsistent)
+    // Unowned: the item runs only inside this queue's drain, which holds the queue; a queue
+    // released with the item still queued (suspended or inactive) frees it unrun.
+    serialEnqueue(.closure({ [unowned self] in applyWidth(width) }, barrier: true))
   }
 
   /// Steps 2 and 3: runs alone, as the queue's item.

@@ -110,7 +110,7 @@ public final class Queue: @unchecked Sendable {
   var concurrentState: LockedValue<ConcurrentState>? {
     if let ownConcurrentState { return ownConcurrentState }
     guard let raw = wideStatePointer.load(ordering: .acquiring) else { return nil }
-    // Safe: retained by this queue until deinit once published (`becomeWide`).
+    // Safe: retained by this queue until deinit once published (`applyWidth`).
     return Unmanaged<LockedValue<ConcurrentState>>.fromOpaque(raw).takeUnretainedValue()
   }
 
