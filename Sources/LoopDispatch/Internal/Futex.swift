@@ -25,12 +25,23 @@ final class FutexWord: @unchecked Sendable {
 
   /// Sleeps while the word equals `expected`, or until `timeoutNanoseconds` pass (nil: no
   /// limit). May return spuriously: callers re-check their condition.
+  func wait(whileEqualTo expected: UInt32, timeoutNanoseconds: UInt64? = nil) {
+    FutexWord.wait(on: pointer, whileEqualTo: expected, timeoutNanoseconds: timeoutNanoseconds)
+  }
+
+  /// Wakes up to `count` threads sleeping on the word.
+  func wake(_ count: Int32 = 1) { FutexWord.wake(on: pointer, count) }
+
+  /// `wait` on any word whose address stays valid while the caller sleeps.
   ///
   /// A pool worker first hands its run-next job to the pool (`flushBeforeBlocking`): it
   /// cannot run it while asleep, and the job may be what the wait is for.
-  func wait(whileEqualTo expected: UInt32, timeoutNanoseconds: UInt64? = nil) {
+  static func wait(
+    on word: UnsafeMutablePointer<Atomic<UInt32>>, whileEqualTo expected: UInt32,
+    timeoutNanoseconds: UInt64? = nil
+  ) {
     WorkerPool.flushBeforeBlocking()
-    let raw = UnsafeMutableRawPointer(pointer).assumingMemoryBound(to: UInt32.self)
+    let raw = UnsafeMutableRawPointer(word).assumingMemoryBound(to: UInt32.self)
     if let timeoutNanoseconds {
       var relative = timespec(
         tv_sec: Int(timeoutNanoseconds / 1_000_000_000),
@@ -41,40 +52,65 @@ final class FutexWord: @unchecked Sendable {
     }
   }
 
-  /// Wakes up to `count` threads sleeping on the word.
-  func wake(_ count: Int32 = 1) {
-    let raw = UnsafeMutableRawPointer(pointer).assumingMemoryBound(to: UInt32.self)
+  /// `wake` on any word whose address stays valid during the call.
+  static func wake(on word: UnsafeMutablePointer<Atomic<UInt32>>, _ count: Int32 = 1) {
+    let raw = UnsafeMutableRawPointer(word).assumingMemoryBound(to: UInt32.self)
     _ = cls_futex_wake(raw, count)
   }
 }
 
-/// A one-shot event for a single waiter: `wait()` returns once `signal()` has been called.
+/// The one-shot protocol for a single waiter on a futex word: `wait()` returns once
+/// `signal()` has been called.
 ///
 /// Word states: 0 not signalled (waiter awake), 2 waiter asleep or about to sleep,
 /// 1 signalled. The signaller makes the `futex_wake` system call only when it replaces a 2,
 /// so a waiter that is still spinning costs the signaller one atomic exchange.
-final class OneShotEvent: Sendable {
-  private let word = FutexWord(0)
+///
+/// Safe: the word is allocated and freed by an object (`OneShotEvent`, `SyncWaiter`) that
+/// both sides hold a reference to while they use it, so its address is stable and valid.
+struct OneShotWord {
+  let word: UnsafeMutablePointer<Atomic<UInt32>>
 
   func signal() {
     // Releasing; pairs with the acquiring loads in `wait()`.
-    if word.atomic.pointee.exchange(1, ordering: .acquiringAndReleasing) == 2 {
-      word.wake(1)
+    if word.pointee.exchange(1, ordering: .acquiringAndReleasing) == 2 {
+      FutexWord.wake(on: word, 1)
     }
   }
 
   func wait() {
     for _ in 0..<256 {
-      if word.atomic.pointee.load(ordering: .acquiring) == 1 { return }
+      if word.pointee.load(ordering: .acquiring) == 1 { return }
       spinLoopHint()
     }
-    let (slept, _) = word.atomic.pointee.compareExchange(
+    let (slept, _) = word.pointee.compareExchange(
       expected: 0, desired: 2, ordering: .acquiringAndReleasing)
     if !slept { return }  // Already signalled.
-    while word.atomic.pointee.load(ordering: .acquiring) == 2 {
-      word.wait(whileEqualTo: 2)
+    while word.pointee.load(ordering: .acquiring) == 2 {
+      FutexWord.wait(on: word, whileEqualTo: 2)
     }
   }
+}
+
+/// A one-shot event for a single waiter (`OneShotWord`): the object and its word, two
+/// allocations (a `ManagedBuffer` would make it one, but cannot be `Sendable`).
+final class OneShotEvent: @unchecked Sendable {
+  // @unchecked Sendable: the only state is the atomic word behind `pointer`.
+  private let pointer: UnsafeMutablePointer<Atomic<UInt32>>
+
+  init() {
+    pointer = .allocate(capacity: 1)
+    pointer.initialize(to: Atomic(0))
+  }
+
+  deinit {
+    pointer.deinitialize(count: 1)
+    pointer.deallocate()
+  }
+
+  /// Safe: the word lives as long as this object, which the caller holds.
+  func signal() { OneShotWord(word: pointer).signal() }
+  func wait() { OneShotWord(word: pointer).wait() }
 }
 
 /// A CPU hint for spin-wait loops (x86 `pause`), through the shim.

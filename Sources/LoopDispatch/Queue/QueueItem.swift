@@ -1,3 +1,5 @@
+import Synchronization
+
 /// What a queue holds: a closure, a child queue's drain request, or a thread waiting in
 /// `sync` for its turn.
 enum QueueWork: @unchecked Sendable {
@@ -21,16 +23,33 @@ enum QueueWork: @unchecked Sendable {
 /// A thread blocked in `sync` on a busy queue. When the drainer reaches the waiter it gives
 /// the caller its turn and waits until the caller's closure has run on the caller's thread;
 /// the drainer thread keeps holding the queue (and its target chain) meanwhile.
-final class SyncWaiter: Sendable {
-  let turn = OneShotEvent()
-  let done = OneShotEvent()
+///
+/// Two allocations: the object, and its two one-shot words (`turn`, then `done`) in one
+/// block (before, each was an event object holding a futex object holding its word: seven).
+final class SyncWaiter: @unchecked Sendable {
+  // @unchecked Sendable: `callerReleasesSlot` is immutable; `words` are atomic.
   /// True when the caller itself releases the concurrent queue's slot after its closure
   /// (the queue then only signals `turn`, tying up no worker).
   let callerReleasesSlot: Bool
+  private let words: UnsafeMutablePointer<Atomic<UInt32>>
 
   init(callerReleasesSlot: Bool) {
     self.callerReleasesSlot = callerReleasesSlot
+    words = .allocate(capacity: 2)
+    words.initialize(to: Atomic(0))
+    (words + 1).initialize(to: Atomic(0))
   }
+
+  deinit {
+    words.deinitialize(count: 2)
+    words.deallocate()
+  }
+
+  /// Signalled when the caller may run. Safe: the words live as long as this object, which
+  /// the caller and the queue hold while they use them.
+  var turn: OneShotWord { OneShotWord(word: words) }
+  /// Signalled by the caller when its closure has run (unused when it releases the slot).
+  var done: OneShotWord { OneShotWord(word: words + 1) }
 
   /// Runs on the drainer's thread, in the waiter's place in the queue.
   func handOff() {
