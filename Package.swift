@@ -15,6 +15,9 @@ let package = Package(
   products: [
     .library(name: "MainLoop", targets: ["MainLoop"]),
     .library(name: "LoopDispatch", targets: ["LoopDispatch"]),
+    // LoopDispatch installed as Swift's executors at load time (a C constructor): depend on it
+    // and call nothing.
+    .library(name: "LoopDispatchAutoInstall", targets: ["LoopDispatchAutoInstall"]),
     .executable(name: "Examples", targets: ["Examples"]),
     // HTTP parsing and sockets for the example servers (ours and the Dispatch rival in
     // Benchmarks); not part of the runtime.
@@ -46,6 +49,11 @@ let package = Package(
       dependencies: ["MainLoop", "CLoopShims", "CLoopThreadSlots"],
       swiftSettings: strict
     ),
+    .target(
+      name: "CLoopDispatchAutoInstall", cSettings: [.unsafeFlags(["-Wall", "-Werror"])]),
+    .target(
+      name: "LoopDispatchAutoInstall", dependencies: ["LoopDispatch", "CLoopDispatchAutoInstall"],
+      swiftSettings: strict),
     .target(name: "ExampleHTTP", swiftSettings: strict),
     // The GCD C API: the header tree and the parts that need C (block forms, queue
     // attributes, dispatch_once, dispatch_debug)...
@@ -85,6 +93,13 @@ let package = Package(
     .executableTarget(
       name: "TopLevelAwaitHost", dependencies: ["LoopDispatch", "EntryShapeChecks"],
       path: "Tests/TopLevelAwaitHost", swiftSettings: strict),
+    // Not a dependency of any test target, on purpose: SwiftPM links the executables a test
+    // target depends on into its one test binary, which would bring the load-time
+    // constructor into the test runner. `swift build --build-tests` builds it all the same,
+    // and MainQueueTests runs the built program.
+    .executableTarget(
+      name: "AutoInstallHost", dependencies: ["LoopDispatchAutoInstall", "EntryShapeChecks"],
+      path: "Tests/AutoInstallHost", swiftSettings: strict),
     .testTarget(
       name: "LoopDispatchTests",
       dependencies: [

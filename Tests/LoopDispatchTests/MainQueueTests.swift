@@ -43,7 +43,12 @@ import Testing
   /// first: main-actor code on the main thread, detached tasks on the pool, `Task.sleep`
   /// long enough. (The async main hung after its first `await` before Dispatch's main queue
   /// was drained by the main loop.)
-  @Test(arguments: [("AsyncMainHost", "async-main"), ("TopLevelAwaitHost", "top-level-await")])
+  /// And an async `@main` that calls nothing, installed at load time by the
+  /// `LoopDispatchAutoInstall` product's C constructor.
+  @Test(arguments: [
+    ("AsyncMainHost", "async-main"), ("TopLevelAwaitHost", "top-level-await"),
+    ("AutoInstallHost", "auto-install"),
+  ])
   func entryShapesRunOnLoopDispatch(program: String, name: String) {
     let result = runProgram(program, [])
     #expect(result.status == 0, "\(result.output)\(result.errorOutput)")

@@ -24,7 +24,9 @@ public enum ConcurrencyIntegration {
   ///   main executor, which is now `EventLoop.main`. The main task's first continuation was
   ///   already bound to the main executor that existed before the call (Dispatch's main
   ///   queue); the main loop drains that queue too (`DispatchMainQueueBridge`), so it resumes
-  ///   on the main thread.
+  ///   on the main thread;
+  /// - a program that cannot call anything first: depend on the `LoopDispatchAutoInstall`
+  ///   product instead, whose C constructor calls this at load time, before `main`.
   public static func install() {
     _ = installOnce
   }
