@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <spawn.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1170,6 +1171,24 @@ static void test_data(void) {
   CHECK(atomic_load(&destructor_runs) == 1, "destructor ran once");
   dispatch_release(destroyed_once);
   dispatch_release(finalizer_ran);
+  // DISPATCH_DATA_DESTRUCTOR_MUNMAP unmaps the page after the last release (libdispatch on
+  // Linux traps there instead: see Tests/CDiff/diff_data.c). msync fails with ENOMEM once
+  // the page is gone.
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  char *mapped = mmap(NULL, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(mapped != MAP_FAILED, "mmap");
+  memcpy(mapped, "mapped", 6);
+  dispatch_data_t unmapped = dispatch_data_create(mapped, page, NULL, DISPATCH_DATA_DESTRUCTOR_MUNMAP);
+  dispatch_data_t part = dispatch_data_create_subrange(unmapped, 0, 6);
+  dispatch_release(unmapped);
+  CHECK(msync(mapped, page, MS_ASYNC) == 0, "a subrange keeps the mapped page");
+  dispatch_release(part);
+  int gone = 0;
+  for (int tries = 0; tries < 10000 && !gone; tries++) {
+    gone = msync(mapped, page, MS_ASYNC) == -1 && errno == ENOMEM;
+    if (!gone) usleep(1000);
+  }
+  CHECK(gone, "the MUNMAP destructor unmapped the page after the last release");
 }
 
 // ---- I/O channels -------------------------------------------------------------------------------
