@@ -1,12 +1,11 @@
-import Dispatch
 import Glibc
-import LoopDispatch
 
 /// Actor round trips with ``ConcurrencyIntegration`` installed, against an actor on a serial
 /// `DispatchQueue` with the toolchain's executors.
 ///
-/// Both sides run in a child process of their own (``ChildProcess``): ours must be installed
-/// before any task exists, and this process never installs it.
+/// Both sides run in a child process of their own (``ChildProcess``), set up by
+/// ``ConcurrencyBenchmarks/ChildExecutors``: ours must be installed before any task exists,
+/// and this process never installs it.
 /// 1. Ours: the child calls `ConcurrencyIntegration.install()` first, so tasks run on the
 ///    LoopDispatch pool; a detached task does `await counter.increment()` in a loop on a
 ///    ``QueueCounter`` (an actor on a serial `Queue`) while `Queue.runMain()` drives the main
@@ -42,16 +41,13 @@ extension ConcurrencyBenchmarks {
     // MARK: LoopDispatch
 
     static func runOursChild() -> Never {
-      ConcurrencyIntegration.install()
-      Task.detached { await measure(QueueCounter()) }
-      Queue.runMain()
+      ChildExecutors.loopDispatch.run { await measure(QueueCounter()) }
     }
 
     // MARK: Dispatch
 
     static func runDispatchChild() -> Never {
-      Task.detached { await measure(DispatchQueueCounter()) }
-      dispatchMain()
+      ChildExecutors.swiftDefault.run { await measure(DispatchQueueCounter()) }
     }
   }
 }

@@ -6,11 +6,15 @@ import LoopDispatch
 /// serial queue against a default actor and against an actor on a serial `DispatchQueue`
 /// (``DispatchQueueExecutor``), task spawns on ``PoolExecutor`` against plain
 /// `Task {}` on the default global executor, and `MainActor.run` round trips on the main
-/// queue (with ``ConcurrencyIntegration`` installed) against Dispatch's main queue.
+/// queue (with ``ConcurrencyIntegration`` installed) against Dispatch's main queue. Then
+/// whole programs with ``ConcurrencyIntegration`` installed against the same programs on
+/// Swift's default executors: spawning and awaiting tasks, a task group, main-actor hops and
+/// `Task.sleep` lateness.
 ///
 /// This process never calls `ConcurrencyIntegration.install()`, so the default global
-/// executor here is the toolchain's (Dispatch's global queues on Linux); the `MainActor` row
-/// installs it in a child process of its own (see ConcurrencyBenchmarks+MainActor.swift).
+/// executor here is the toolchain's (Dispatch's global queues on Linux): the actor rows
+/// measure an actor on a `Queue` called from tasks on it. Installed rows run in child
+/// processes of their own (``ChildExecutors``; see ConcurrencyBenchmarks+ChildExecutors.swift).
 ///
 /// The harness is synchronous: async work runs in a detached task while the harness thread
 /// waits on a ``Latch`` (``runDetached(_:)``).
@@ -18,24 +22,31 @@ enum ConcurrencyBenchmarks {
   static let actorCalls = 100_000
   static let spawnedTasks = 100_000
   static let mainActorRoundTrips = 20_000
+  static let spawnedAndAwaitedTasks = 1_000_000
+  static let groupChildren = 100_000
+  static let mainActorHops = 1_000_000
 
   static var group: BenchmarkGroup {
-    BenchmarkGroup(
+    let halfDefault = Target.ratioAtMost(0.5, "default executors")
+    let sleepLogs = TaskSleep.Logs()
+    return BenchmarkGroup(
       name: "concurrency",
       benchmarks: [
         Benchmark(
           key: "actorroundtrip",
-          name: "100k await actor.increment() from a task: actor on a serial Queue",
+          name:
+            "100k await actor.increment() from a default-executor task: actor on a serial Queue",
           unit: "ns/call", direction: .lowerIsBetter, rivalName: "default actor",
           target: .ratioAtMost(1.0, "default actor"),
           ours: { actorRoundTrip(QueueCounter(), calls: actorCalls) },
           rival: { actorRoundTrip(DefaultCounter(), calls: actorCalls) }),
         Benchmark(
           key: "actordispatchqueue",
-          name: "100k await actor.increment() from a task: actor on a serial Queue",
+          name:
+            "100k await actor.increment() from a default-executor task: actor on a serial Queue",
           unit: "ns/call", direction: .lowerIsBetter,
           rivalName: "actor on a serial DispatchQueue",
-          target: .ratioAtMost(1.0, "DispatchQueue actor"),
+          target: .ratioAtMost(0.3, "DispatchQueue actor"),
           ours: { actorRoundTrip(QueueCounter(), calls: actorCalls) },
           rival: { actorRoundTrip(DispatchQueueCounter(), calls: actorCalls) }),
         Benchmark(
@@ -61,16 +72,63 @@ enum ConcurrencyBenchmarks {
           target: .ratioAtMost(0.1, "DispatchQueue actor"),
           ours: { ChildProcess.measure(InstalledActor.oursChild) },
           rival: { ChildProcess.measure(InstalledActor.dispatchChild) }),
+        Benchmark(
+          key: "spawnawait",
+          name:
+            "1M Task {} spawned and awaited from a task, 10k at a time, installed (child process)",
+          unit: "ns/task", direction: .lowerIsBetter, rivalName: "Swift default executors",
+          target: halfDefault,
+          ours: InstalledTasks.spawnAndAwait.measureOurs,
+          rival: InstalledTasks.spawnAndAwait.measureRival),
+        Benchmark(
+          key: "taskgroup",
+          name: "a task group of 100k empty children, installed (child process)",
+          unit: "ns/child", direction: .lowerIsBetter, rivalName: "Swift default executors",
+          target: halfDefault,
+          ours: InstalledTasks.taskGroup.measureOurs,
+          rival: InstalledTasks.taskGroup.measureRival),
+        Benchmark(
+          key: "mainactorhops",
+          name: "1M await MainActor.run {} from a task, installed (child process)",
+          unit: "ns/round trip", direction: .lowerIsBetter, rivalName: "Swift default executors",
+          target: halfDefault,
+          ours: MainActorRoundTrip.hops.measureOurs,
+          rival: MainActorRoundTrip.hops.measureRival),
+        Benchmark(
+          key: "tasksleep",
+          name:
+            "10k Task.sleep(for: .milliseconds(1)), 10 tasks at once, installed (child process)",
+          unit: "µs late p50", direction: .lowerIsBetter, rivalName: "Swift default executors",
+          target: nil,
+          ours: { TaskSleep.measure(isOurs: true, logs: sleepLogs) },
+          rival: { TaskSleep.measure(isOurs: false, logs: sleepLogs) },
+          derived: [
+            .recorded(
+              sleepLogs.p99, unit: "µs late p99", direction: .lowerIsBetter, target: halfDefault),
+            .recorded(
+              sleepLogs.early, unit: "early wakes", direction: .lowerIsBetter,
+              target: .oursAtMost(0, "0")),
+          ]),
       ])
   }
 
   /// The child modes of this group, by the name passed after `--child`.
-  static let childModes: [String: @Sendable () -> Never] = [
-    MainActorRoundTrip.oursChild: MainActorRoundTrip.runOursChild,
-    MainActorRoundTrip.dispatchChild: MainActorRoundTrip.runDispatchChild,
-    InstalledActor.oursChild: InstalledActor.runOursChild,
-    InstalledActor.dispatchChild: InstalledActor.runDispatchChild,
-  ]
+  static let childModes: [String: @Sendable () -> Never] = {
+    var modes: [String: @Sendable () -> Never] = [
+      MainActorRoundTrip.oursChild: MainActorRoundTrip.runOursChild,
+      MainActorRoundTrip.dispatchChild: MainActorRoundTrip.runDispatchChild,
+      InstalledActor.oursChild: InstalledActor.runOursChild,
+      InstalledActor.dispatchChild: InstalledActor.runDispatchChild,
+    ]
+    let comparisons = [
+      InstalledTasks.spawnAndAwait, InstalledTasks.taskGroup, MainActorRoundTrip.hops,
+      TaskSleep.comparison,
+    ]
+    for comparison in comparisons {
+      modes.merge(comparison.childModes) { mode, _ in mode }
+    }
+    return modes
+  }()
 }
 
 // MARK: - actor round trip

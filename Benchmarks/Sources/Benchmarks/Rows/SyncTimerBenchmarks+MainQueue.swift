@@ -15,8 +15,8 @@ import LoopDispatch
 /// 3. The first timed main hop and the last one read the clocks (wall and the child's own CPU
 ///    time, ``ClockReading``); the last one ends the run: LoopDispatch's sets `done`, which
 ///    `runMain` sees after that loop turn; Dispatch's reports and exits.
-/// 4. The child reports wall and CPU ns per round trip (``ChildProcess/report(_:)``); the
-///    parent parses them.
+/// 4. The child reports wall and CPU ns per round trip (``ChildProcess/report(_:extras:)``);
+///    the parent parses them.
 extension SyncTimerBenchmarks {
   enum MainRoundTrip {
     static let oursChild = "ld-main-roundtrip"

@@ -11,9 +11,11 @@ import Glibc
 /// 3. The parent reads the pipe until end of file, giving up after `timeoutSeconds` (the child
 ///    is then killed and the run fails with the command that reproduces the hang).
 /// 4. A child that exits with a non-zero status or dies of a signal fails the run likewise.
-/// 5. The child ends with ``report(_:)``: its wall figure and, when measured, its own CPU time
-///    (`getrusage(RUSAGE_SELF)` in the child, so the parent's threads are not counted) over the
-///    same section; ``measure(_:)`` runs the child and parses both back into a ``Measurement``.
+/// 5. The child ends with ``report(_:extras:)``: its wall figure and, when measured, its own
+///    CPU time (`getrusage(RUSAGE_SELF)` in the child, so the parent's threads are not
+///    counted) over the same section, and any further labelled figures of the same run;
+///    ``measure(_:)`` runs the child and parses the first two back into a ``Measurement``,
+///    ``figure(labelled:in:of:)`` reads the others.
 enum ChildProcess {
   /// The hidden first argument that selects a child mode in `main.swift`.
   static let flag = "--child"
@@ -92,22 +94,35 @@ enum ChildProcess {
   }
 
   /// Prints the measurement a child reports to its parent and exits with 0. The format, one
-  /// line each, the second only when the child measured CPU time:
+  /// line each, the second only when the child measured CPU time, then one line per extra
+  /// figure (a label of letters and digits, e.g. `p99`, read back with
+  /// ``figure(labelled:in:of:)``):
   ///
   ///     figure <the wall figure, in the row's unit>
   ///     cpu <the child's own CPU time over the same interval, ns per operation>
-  static func report(_ measurement: Measurement) -> Never {
+  ///     <label> <value>
+  static func report(
+    _ measurement: Measurement, extras: KeyValuePairs<String, Double> = [:]
+  ) -> Never {
     print("figure \(measurement.wall)")
     if let cpu = measurement.cpuPerOperation { print("cpu \(cpu)") }
+    for (label, value) in extras { print("\(label) \(value)") }
     exit(0)  // Flushes standard output.
   }
 
-  /// The measurement in a child's output, as printed by ``report(_:)``.
+  /// The measurement in a child's output, as printed by ``report(_:extras:)``.
   static func measurement(in output: String, of name: String) -> Measurement {
-    guard let wall = value(labelled: "figure", in: output, of: name) else {
-      benchmarkFailure("child `\(reproduction(name))` printed no figure: \(output)")
+    Measurement(
+      wall: figure(labelled: "figure", in: output, of: name),
+      cpuPerOperation: value(labelled: "cpu", in: output, of: name))
+  }
+
+  /// The figure on the line of `output` labelled `label`; fails the run without one.
+  static func figure(labelled label: String, in output: String, of name: String) -> Double {
+    guard let figure = value(labelled: label, in: output, of: name) else {
+      benchmarkFailure("child `\(reproduction(name))` printed no \(label) line: \(output)")
     }
-    return Measurement(wall: wall, cpuPerOperation: value(labelled: "cpu", in: output, of: name))
+    return figure
   }
 
   /// Runs `Benchmarks --child name` and returns the measurement it reported.
