@@ -48,8 +48,7 @@ final class MainQueueExecutor: MainExecutor, @unchecked Sendable {
   static let shared = MainQueueExecutor()
 
   func enqueue(_ job: consuming ExecutorJob) {
-    let job = UnownedJob(job)
-    Queue.main.async { [self] in job.runSynchronously(on: asUnownedSerialExecutor()) }
+    Queue.main.serialEnqueue(.actorJob(UnownedJob(job), onMain: true))
   }
 
   func asUnownedSerialExecutor() -> UnownedSerialExecutor {
@@ -108,5 +107,12 @@ final class DefaultPoolExecutor: TaskExecutor, SchedulingExecutor, @unchecked Se
     if let duration = delay as? Duration { return duration }
     let start = clock.now
     return start.duration(to: start.advanced(by: delay)) as? Duration ?? .zero
+  }
+}
+
+extension Queue {
+  /// The installed main executor, as `QueueWork.actorJob(_, onMain: true)` runs its jobs.
+  static var mainActorExecutor: UnownedSerialExecutor {
+    MainQueueExecutor.shared.asUnownedSerialExecutor()
   }
 }

@@ -19,17 +19,13 @@ public final class PoolExecutor: TaskExecutor, Sendable {
   /// thread-safety: any thread.
   public func enqueue(_ job: consuming ExecutorJob) {
     let priority = Priority(job.priority)
-    let job = UnownedJob(job)
-    let executor = asUnownedTaskExecutor()
     WorkerPool.shared.submit(
-      .closure { job.runSynchronously(on: executor) }, priority: priority, runNext: true)
+      .task(UnownedJob(job), asUnownedTaskExecutor()), priority: priority, runNext: true)
   }
 
   /// Runs an already unowned job on the pool as `executor`.
   func enqueue(_ job: UnownedJob, on executor: UnownedTaskExecutor) {
-    WorkerPool.shared.submit(
-      .closure { job.runSynchronously(on: executor) }, priority: Priority(job.priority),
-      runNext: true)
+    WorkerPool.shared.submit(.task(job, executor), priority: Priority(job.priority), runNext: true)
   }
 }
 

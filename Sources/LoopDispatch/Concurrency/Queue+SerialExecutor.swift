@@ -26,10 +26,9 @@ extension Queue: SerialExecutor {
         "queue \"\(label)\" is not serial and cannot run actor jobs; use a serial queue as an actor's executor"
       )
     }
-    let job = UnownedJob(job)
-    // A barrier: on a serial queue an ordinary item; on one made wide (`Queue+Wide.swift`)
-    // it still runs alone, so the actor's jobs never overlap.
-    async(flags: .barrier) { [self] in job.runSynchronously(on: asUnownedSerialExecutor()) }
+    // A barrier item (`QueueWork.actorJob`): on a serial queue an ordinary item; on one made
+    // wide (`Queue+Wide.swift`) it still runs alone, so the actor's jobs never overlap.
+    serialEnqueue(.actorJob(UnownedJob(job), onMain: false))
   }
 
   /// This queue as an actor's executor: return it from the actor's `unownedExecutor`.

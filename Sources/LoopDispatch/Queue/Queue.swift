@@ -461,6 +461,8 @@ public final class Queue: @unchecked Sendable {
     case .function(let call, _): call.run()
     case .drain(let child): child.drainSerial()
     case .syncWaiter(let waiter, _): waiter.handOff()
+    case .actorJob(let job, let onMain):
+      job.runSynchronously(on: onMain ? Queue.mainActorExecutor : asUnownedSerialExecutor())
     }
   }
 }

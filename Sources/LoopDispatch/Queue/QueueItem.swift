@@ -10,12 +10,18 @@ enum QueueWork: @unchecked Sendable {
   case function(CFunctionCall, barrier: Bool)
   case drain(Queue)
   case syncWaiter(SyncWaiter, barrier: Bool)
+  /// A Swift actor's job, run as this queue's serial executor (`onMain`: as the installed
+  /// main executor, for `@MainActor` jobs on the main queue): no closure around it. Always a
+  /// barrier, so an actor on a serial queue made wide (`Queue+Wide.swift`) still runs one job
+  /// at a time.
+  case actorJob(UnownedJob, onMain: Bool)
 
   var isBarrier: Bool {
     switch self {
     case .closure(_, let barrier), .function(_, let barrier), .syncWaiter(_, let barrier):
       return barrier
     case .drain: return false
+    case .actorJob: return true
     }
   }
 }
