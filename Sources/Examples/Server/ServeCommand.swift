@@ -13,16 +13,23 @@ struct ServeOptions {
   var drainTimeout = Duration.seconds(3)
   /// Lowers the soft RLIMIT_NOFILE at start (tests of the out-of-descriptors path).
   var maximumOpenFiles: Int?
+  /// Logs how the runtime sized itself at start (the pool's CPUs and where that came from).
+  var verbose = false
 
   static let usage =
     "usage: serve [--port N] [--idle-timeout-ms N] [--write-timeout-ms N] "
-    + "[--drain-timeout-ms N] [--max-open-files N]"
+    + "[--drain-timeout-ms N] [--max-open-files N] [--verbose]"
 
   /// Parses `arguments`; nil (after logging why) when one is bad.
   init?(_ arguments: [String]) {
     var index = 0
     while index < arguments.count {
       let flag = arguments[index]
+      if flag == "--verbose" {
+        verbose = true
+        index += 1
+        continue
+      }
       let value = index + 1 < arguments.count ? arguments[index + 1] : nil
       switch (flag, value.flatMap { Int($0) }) {
       case ("--port", let number?) where (0...65535).contains(number):
@@ -45,7 +52,7 @@ struct ServeOptions {
 }
 
 /// `Examples serve [--port N] [--idle-timeout-ms N] [--write-timeout-ms N]
-/// [--drain-timeout-ms N] [--max-open-files N]`: an HTTP/1.1 keep-alive server on 127.0.0.1,
+/// [--drain-timeout-ms N] [--max-open-files N] [--verbose]`: an HTTP/1.1 keep-alive server on 127.0.0.1,
 /// the runtime's main job.
 ///
 /// Where things run:
@@ -88,6 +95,12 @@ func runServe(_ arguments: [String]) -> Int32 {
   }
   server.start()
   Log.info("listening on http://127.0.0.1:\(boundPort(listener))/ (Ctrl-C to stop)")
+  if options.verbose {
+    let stats = RuntimeStats.current
+    Log.info(
+      "runtime: pool sized for \(stats.poolCPUs) CPUs (from \(stats.poolCPUSource)), "
+        + "\(stats.poolThreads) pool threads")
+  }
   // `runMain()` never returns, so nothing after it uses `server`: without this an optimised
   // build may release it (and its sources, closing the listening socket) right away.
   withExtendedLifetime(server) { Queue.runMain() }

@@ -46,6 +46,12 @@ public struct RuntimeStats: Sendable, CustomStringConvertible {
   /// Worker threads in the pool: the plain global queues' and the overcommit queues' (at most
   /// 255 together, see ``Queue/global(_:overcommit:)``).
   public var poolThreads: Int
+  /// The CPUs the pool is sized for: its base thread count (a CPU quota's, the affinity
+  /// mask's, or `LOOPDISPATCH_CPUS`; see ``poolCPUSource``).
+  public var poolCPUs: Int
+  /// Where ``poolCPUs`` comes from: `LOOPDISPATCH_CPUS`, `cgroup v2 cpu.max`,
+  /// `cgroup v1 cpu.cfs_quota_us` or `affinity`.
+  public var poolCPUSource: String
   /// The overcommit queues' share of ``poolThreads``.
   public var overcommitThreads: Int
   /// Workers parked (idle), plain and overcommit.
@@ -113,6 +119,8 @@ public struct RuntimeStats: Sendable, CustomStringConvertible {
       liveQueues: RuntimeCounters.liveQueues.load(ordering: .relaxed),
       liveSources: RuntimeCounters.liveSources.load(ordering: .relaxed),
       poolThreads: pool.threadCount,
+      poolCPUs: pool.budget.cpus,
+      poolCPUSource: pool.budget.source.rawValue,
       overcommitThreads: pool.overcommitThreadCount,
       parkedWorkers: pool.parkedCount,
       pendingJobs: pool.queuedJobCount + pool.overcommitQueuedCount,
@@ -138,6 +146,10 @@ public struct RuntimeStats: Sendable, CustomStringConvertible {
       ("queues", "gauge", "Custom queues alive.", "\(liveQueues)"),
       ("sources", "gauge", "Sources alive.", "\(liveSources)"),
       ("pool_threads", "gauge", "Worker threads in the pool.", "\(poolThreads)"),
+      (
+        "pool_cpus", "gauge",
+        "CPUs the pool is sized for (from \(poolCPUSource)).", "\(poolCPUs)"
+      ),
       (
         "pool_overcommit_threads", "gauge", "Pool threads serving the overcommit queues.",
         "\(overcommitThreads)"
@@ -228,6 +240,7 @@ public struct RuntimeStats: Sendable, CustomStringConvertible {
   /// max_wait_us 120 recent_wait_us 15`.
   public var description: String {
     var lines = figures.map { "\($0.0.replacingSuffix("_total")) \($0.3)" }
+    lines.append("pool_cpus_source \(poolCPUSource)")
     for entry in queuesByLabel {
       lines.append(
         "queue \"\(escapedLabel(entry.label))\" kind \(entry.kind.rawValue) queues \(entry.queues)"

@@ -40,7 +40,8 @@ final class WorkerPool: @unchecked Sendable {
   /// The process-wide pool, started on first use.
   static let shared = WorkerPool()
 
-  /// Workers kept at all times: one per CPU this process may use.
+  /// Workers kept at all times: one per CPU this process may use (`CPUBudget`: a CPU quota
+  /// where one is set, else the affinity mask; `LOOPDISPATCH_CPUS` overrides).
   let baseThreads: Int
   /// Upper bound on plain worker threads (default 64; `LOOPDISPATCH_MAX_THREADS` overrides).
   let maximumThreads: Int
@@ -113,10 +114,13 @@ final class WorkerPool: @unchecked Sendable {
   let growthEvents = Atomic<UInt64>(0)
   /// Atomic. Worker starts the system refused (`pthread_create` failed) since launch.
   let refusedSpawns = Atomic<UInt64>(0)
+  /// The CPUs the pool is sized for, and why (`CPUBudget`): `baseThreads` is its count.
+  let budget: CPUBudget
   let supervisor = PoolSupervisor()
 
   private init() {
-    baseThreads = Int(cls_available_cpus())
+    budget = CPUBudget.current
+    baseThreads = budget.cpus
     let maximum = environmentInteger("LOOPDISPATCH_MAX_THREADS") ?? 64
     maximumThreads = Swift.max(maximum, baseThreads)
     totalThreadLimit = Swift.max(255, maximumThreads)
