@@ -101,7 +101,9 @@ func runServe(_ arguments: [String]) -> Int32 {
       "runtime: pool sized for \(stats.poolCPUs) CPUs (from \(stats.poolCPUSource)), "
         + "\(stats.poolThreads) pool threads")
   }
-  // `runMain()` never returns, so nothing after it uses `server`: without this an optimised
-  // build may release it (and its sources, closing the listening socket) right away.
-  withExtendedLifetime(server) { Queue.runMain() }
+  // `runMain()` never returns, so nothing after it uses `server`: an optimised build may
+  // release it (and its sources, closing the listening socket) before the loop starts.
+  // `withExtendedLifetime(server) { Queue.runMain() }` did not prevent that (its end is
+  // unreachable): a release build closed the listener right after "listening on".
+  Queue.runMain(keepingAlive: server)
 }

@@ -11,7 +11,8 @@ import MainLoop
 /// keeps it alive (as in GCD): cancel such a source, which releases the handlers. Because
 /// `Queue.runMain()` never returns, an optimised build may end the lifetime of a local
 /// source before it: keep sources in properties, or call
-/// `withExtendedLifetime(source) { Queue.runMain() }`.
+/// `Queue.runMain(keepingAlive: source)` (not `withExtendedLifetime`, whose end is
+/// unreachable after a call that never returns).
 ///
 /// Thread-safety: every method may be called from any thread.
 public class Source: @unchecked Sendable {

@@ -15,6 +15,21 @@ extension Queue {
     exit(0)
   }
 
+  /// ``runMain()``, keeping `objects` (sources, servers, whatever the program's work hangs
+  /// on) alive for the rest of the process.
+  ///
+  /// Use this rather than `withExtendedLifetime(object) { Queue.runMain() }`: ``runMain()``
+  /// never returns, so the end of that closure is unreachable and an optimised build may
+  /// release the object before the loop starts (the example server's listening socket was
+  /// closed that way, in a release build, right after it said it was listening).
+  public static func runMain(keepingAlive objects: AnyObject...) -> Never {
+    keptAlive.withLock { $0 += objects }
+    runMain()
+  }
+
+  /// What ``runMain(keepingAlive:)`` keeps for the process's life.
+  private static let keptAlive = LockedValue<[AnyObject]>([])
+
   /// Runs the main loop until `deadline` passes (or it is stopped). For tests and tools.
   /// - Returns: `true` if the deadline passed.
   @discardableResult
