@@ -21,7 +21,8 @@ import Synchronization
 ///    loads the state: if nothing holds the queue and it is neither suspended nor inactive,
 ///    a CAS sets SCHEDULED and the queue hands its drain to its target.
 /// 2. The drainer (holding SCHEDULED) moves `incoming` into `backlog` (reversing it into
-///    FIFO order) and runs items one by one, checking suspension between items. After
+///    FIFO order) and runs items one by one, checking suspension after taking each (an
+///    item taken while the queue is suspended goes back to the head of the backlog). After
 ///    `drainBudget` items it stops, whatever is queued: with items waiting it re-enqueues
 ///    itself behind others on its target (still holding SCHEDULED) so one busy queue cannot
 ///    monopolise a worker; with none it releases SCHEDULED as in step 3, and if items
@@ -149,9 +150,17 @@ extension Queue {
       var ran = 0
       var yielded = false
       while true {
-        let now = state.load(ordering: .acquiring)
-        if now & (SerialState.suspendMask | SerialState.inactive) != 0 { break }
         guard let node = takeNext() else { break }
+        // Taken first, then checked: an item pushed after a `suspend()` returned is taken
+        // only by an exchange that saw its push, so this load (sequentially consistent, like
+        // the suspend's add and the push) sees the suspension, and the item goes back. (Checked
+        // before taking, a suspend and a push could both land between the check and the take,
+        // and the new item ran while its queue was suspended: SuspendStorm saw it once.)
+        let now = state.load(ordering: .sequentiallyConsistent)
+        if now & (SerialState.suspendMask | SerialState.inactive) != 0 {
+          putBack(node)
+          break
+        }
         // Safe: the node is ours (taken from the backlog); its work moves out once.
         let work = node.pointee.work.take()!
         let enqueuedAt = node.pointee.enqueuedAt
@@ -216,6 +225,16 @@ extension Queue {
     backlogHead.store(next, ordering: .relaxed)
     if next == nil { backlogTail = nil }
     return node
+  }
+
+  /// Returns a node just taken by `takeNext` to the head of the backlog (the drain stopped
+  /// for a suspension). Only the SCHEDULED holder calls this.
+  @inline(__always)
+  private func putBack(_ node: JobNodePointer) {
+    let head = backlogHead.load(ordering: .relaxed)
+    node.pointee.next.store(UInt(bitPattern: head), ordering: .relaxed)
+    if head == nil { backlogTail = node }
+    backlogHead.store(node, ordering: .relaxed)
   }
 
   /// Step 3. `yielding`: the drain used up its budget, so work found by the re-check goes
