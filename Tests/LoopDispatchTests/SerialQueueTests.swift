@@ -119,6 +119,31 @@ import Testing
       #expect(longest <= budget)
       #expect(order.value == Array(0..<(budget + extra)))
     }
+
+    /// A `suspend()` that lands after the drain took the next item and before it ran it
+    /// holds that item back until `resume()` (the drain checks after taking and puts the item
+    /// back). With the check before the take, an item taken just after a suspend ran while
+    /// its queue was suspended (SuspendStormStressTests saw it once); here the hook suspends
+    /// from inside that window, deterministically.
+    @Test func aSuspendRightAfterTheTakeHoldsTheItemBack() {
+      let queue = Queue(label: "suspend-after-take")
+      let ran = Latch()
+      let suspendedInWindow = Atomic<Bool>(false)
+      SerialDrainHooks.setAfterTake { drained in
+        guard drained === queue, !suspendedInWindow.exchange(true, ordering: .relaxed) else {
+          return
+        }
+        drained.suspend()
+      }
+      defer { SerialDrainHooks.setAfterTake(nil) }
+      queue.async { ran.open() }
+      // The item must not run while the queue is suspended; a second is ample to see it.
+      #expect(!ran.wait(seconds: 1))
+      let suspended = suspendedInWindow.load(ordering: .relaxed)
+      #expect(suspended)
+      queue.resume()
+      #expect(ran.wait(seconds: 30))
+    }
   #endif
 
   @Test func neverRunsTwoItemsAtOnce() {

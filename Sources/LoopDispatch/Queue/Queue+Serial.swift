@@ -151,6 +151,9 @@ extension Queue {
       var yielded = false
       while true {
         guard let node = takeNext() else { break }
+        #if DEBUG
+          SerialDrainHooks.afterTake(of: self)
+        #endif
         // Taken first, then checked: an item pushed after a `suspend()` returned is taken
         // only by an exchange that saw its push, so this load (sequentially consistent, like
         // the suspend's add and the push) sees the suspension, and the item goes back. (Checked

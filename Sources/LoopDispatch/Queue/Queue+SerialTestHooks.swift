@@ -52,5 +52,24 @@ import Synchronization
       guard armed.load(ordering: .relaxed), let hook = observer.withLock({ $0 }) else { return }
       hook(queue, ran)
     }
+
+    /// Whether `taken` is set (checked first, so an unarmed drain takes no lock).
+    private static let takeArmed = Atomic<Bool>(false)
+    /// Protected by: its lock. Called by every drainer, on its thread, after it took an item
+    /// and before it checks suspension, with the queue.
+    private static let taken = LockedValue<(@Sendable (Queue) -> Void)?>(nil)
+
+    /// Installs (or, with nil, removes) the hook drainers call between taking an item and
+    /// checking suspension (a `suspend()` there must still hold the item back).
+    package static func setAfterTake(_ hook: (@Sendable (Queue) -> Void)?) {
+      taken.withLock { $0 = hook }
+      takeArmed.store(hook != nil, ordering: .sequentiallyConsistent)
+    }
+
+    @inline(__always)
+    static func afterTake(of queue: Queue) {
+      guard takeArmed.load(ordering: .relaxed), let hook = taken.withLock({ $0 }) else { return }
+      hook(queue)
+    }
   }
 #endif
