@@ -17,7 +17,9 @@ enum Ticks {
   /// (the kernel checked it is invariant and synchronised).
   static let usesCycleCounter: Bool = {
     #if arch(x86_64)
-      return readSmallFile("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+      return readSmallTextFile(
+        "/sys/devices/system/clocksource/clocksource0/current_clocksource", limit: 64
+      )?.split(separator: "\n").first.map(String.init)
         == "tsc"
     #elseif arch(arm64)
       return true
@@ -81,16 +83,4 @@ enum Ticks {
   static func elapsed(from earlier: UInt64, to later: UInt64) -> UInt64 {
     later > earlier ? later - earlier : 0
   }
-}
-
-/// The first line of a small text file (without its newline), or nil if it cannot be read.
-private func readSmallFile(_ path: String) -> String? {
-  let fd = open(path, O_RDONLY | O_CLOEXEC)
-  guard fd >= 0 else { return nil }
-  defer { close(fd) }
-  var buffer = [UInt8](repeating: 0, count: 64)
-  let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-  guard count > 0 else { return nil }
-  let text = String(decoding: buffer[..<count], as: UTF8.self)
-  return text.split(separator: "\n").first.map(String.init)
 }

@@ -445,13 +445,7 @@ extension Queue {
       let direct = targetIsRoot.load(ordering: .relaxed)
       let waiter = SyncWaiter(callerReleasesSlot: direct)
       serialEnqueue(.syncWaiter(waiter, barrier: barrier))
-      waiter.turn.wait()
-      ThreadFrame.with(self, exclusive: barrier, body)
-      if direct {
-        concurrentFinished(barrier: barrier)
-      } else {
-        waiter.done.signal()
-      }
+      runSharedTurn(of: waiter, barrier: barrier, body)
     case .serial, .main:
       let waiter = SyncWaiter(callerReleasesSlot: false)
       serialEnqueue(.syncWaiter(waiter, barrier: barrier))
@@ -471,15 +465,23 @@ extension Queue {
       }
       let waiter = SyncWaiter(callerReleasesSlot: direct)
       concurrentEnqueue(.syncWaiter(waiter, barrier: barrier))
-      waiter.turn.wait()
-      ThreadFrame.with(self, exclusive: barrier, body)
-      if direct {
-        concurrentFinished(barrier: barrier)
-      } else {
-        waiter.done.signal()
-      }
+      runSharedTurn(of: waiter, barrier: barrier, body)
     case .root:
       internalBug("syncSlow on a global queue")
+    }
+  }
+
+  /// The caller's side of a `sync` waiter of a concurrent queue (or a wide serial queue's
+  /// back): waits for its turn, runs `body` in a frame that holds one slot (the whole queue,
+  /// for a barrier), then gives the slot back itself (`callerReleasesSlot`) or tells the
+  /// worker holding it for the caller that it is done.
+  private func runSharedTurn(of waiter: SyncWaiter, barrier: Bool, _ body: () -> Void) {
+    waiter.turn.wait()
+    ThreadFrame.with(self, exclusive: barrier, body)
+    if waiter.callerReleasesSlot {
+      concurrentFinished(barrier: barrier)
+    } else {
+      waiter.done.signal()
     }
   }
 
