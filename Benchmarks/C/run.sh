@@ -17,12 +17,32 @@
 #    of the wall figures across the runs. (after_dense: the wall figures are the p99 timer
 #    lateness in ns, not ns/op.)
 #
+#
+# MODE (see Benchmarks/scripts/bench-mode.sh):
+#   quiet       (default) as above.
+#   neighbours  one busy process per CPU (`nproc`; NEIGHBOURS overrides the count), at the same
+#               priority, spinning from before the first timed row to after the Swift row, killed
+#               at exit (also on Ctrl-C or failure). Builds happen before they start.
+#   quota       every measured process (each row's, and the Swift row's) runs in a scratch
+#               cgroup limited to 1 CPU (QUOTA_CPUS overrides): cgroup v2 cpu.max, else cgroup v1
+#               cpu.cfs_quota_us / cpu.cfs_period_us; removed at exit. LoopDispatch sizes its pool
+#               from the quota, libdispatch does not. Prints "skipped: ..." and exits 0 where no
+#               writable cpu controller exists. Also prints, per row, the periods each side was
+#               throttled (the cgroup's cpu.stat nr_throttled over the row's process).
+# The table's heading names the mode (and the neighbour count, or the cgroup and its quota).
+#
 # Environment: RUNS (default 5), CC (default /opt/swift/usr/bin/clang), SWIFT (default swift),
-# SWIFT_ROW (1: also measure Swift's Queue.sync; 0: skip), CFLAGS_EXTRA.
+# SWIFT_ROW (1: also measure Swift's Queue.sync; 0: skip), CFLAGS_EXTRA, MODE, NEIGHBOURS,
+# QUOTA_CPUS.
 # Usage: Benchmarks/C/run.sh [row ...]   (rows as bench.c names them; none: all)
+#   e.g. SWIFT_ROW=0 RUNS=3 MODE=neighbours Benchmarks/C/run.sh group sync_f
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
+# shellcheck source-path=SCRIPTDIR source=../scripts/bench-mode.sh
+source "$root/Benchmarks/scripts/bench-mode.sh"
+bench_mode_setup "$(nproc)"  # exits 0 with "skipped: ..." for a quota the machine cannot set
+trap bench_mode_cleanup EXIT
 runs="${RUNS:-5}"
 cc="${CC:-/opt/swift/usr/bin/clang}"
 swift="${SWIFT:-swift}"
@@ -31,7 +51,8 @@ toolchain_swift_dir="${TOOLCHAIN_SWIFT_DIR:-/opt/swift/usr/lib/swift}"
 out="$here/.build"
 mkdir -p "$out"
 
-cflags=(-O2 -Wall -Wextra -Werror ${CFLAGS_EXTRA:-})
+read -r -a cflags_extra <<<"${CFLAGS_EXTRA:-}"
+cflags=(-O2 -Wall -Wextra -Werror ${cflags_extra[@]+"${cflags_extra[@]}"})
 
 # ---- 1. Build -------------------------------------------------------------------------------
 pcdir="$(SWIFT="$swift" "$root/scripts/c-api.sh" release 2>"$out/c-api.log" | tail -n 1)" || {
@@ -44,6 +65,14 @@ read -r -a ours_flags <<<"$(PKG_CONFIG_PATH="$pcdir" pkg-config --cflags --libs 
 "$cc" "${cflags[@]}" -fblocks -I"$toolchain_swift_dir" -o "$out/bench-libdispatch" "$here/bench.c" \
   -L"$toolchain_swift_dir/linux" -ldispatch -lBlocksRuntime \
   -Wl,-rpath,"$toolchain_swift_dir/linux" -lpthread
+if [[ "$swift_row" == 1 ]]; then
+  # Built here, before any neighbour starts, so that the build neither slows nor is slowed.
+  (cd "$root/Benchmarks" && "$swift" build -c release --product Benchmarks >"$out/benchmarks-build.log" 2>&1) || {
+    cat "$out/benchmarks-build.log" >&2
+    echo "run.sh: building the Benchmarks package failed" >&2
+    exit 1
+  }
+fi
 
 # ---- 2. Run, alternating ------------------------------------------------------------------------
 # Every row runs in a fresh process (no worker threads left over from an earlier row), the
@@ -52,6 +81,8 @@ read -r -a ours_flags <<<"$(PKG_CONFIG_PATH="$pcdir" pkg-config --cflags --libs 
 # description (always the last field).
 results="$out/results.tsv"
 : >"$results"
+throttle="$out/throttle.tsv"  # quota: side, run, row, periods throttled, ns throttled
+: >"$throttle"
 if (($# > 0)); then rows=("$@"); else mapfile -t rows < <("$out/bench-loopdispatch" --list); fi
 # A row the other build lacks (the fd row needs the source API in the header) runs on one side.
 mapfile -t rival_rows < <("$out/bench-libdispatch" --list)
@@ -60,9 +91,20 @@ run_side() {  # side run row
   if [[ "$side" == libdispatch ]] && ! printf '%s\n' "${rival_rows[@]}" | grep -qx "$row"; then
     return
   fi
-  "$out/bench-$side" "$row" | awk -v side="$side" -v run="$run" \
-    '{ print side "\t" run "\t" $0 }' >>"$results"
+  local before after
+  before="$(bench_mode_throttled)"
+  # In quota mode the prefix puts the process in the cgroup before it execs the bench.
+  ${bench_mode_prefix[@]+"${bench_mode_prefix[@]}"} "$out/bench-$side" "$row" |
+    awk -v side="$side" -v run="$run" '{ print side "\t" run "\t" $0 }' >>"$results"
+  if [[ "$bench_mode" == quota ]]; then
+    after="$(bench_mode_throttled)"
+    printf '%s\t%s\t%s\t%s\t%s\n' "$side" "$run" "$row" \
+      "$((${after% *} - ${before% *}))" "$((${after#* } - ${before#* }))" >>"$throttle"
+  fi
 }
+heading="$(bench_mode_heading)"
+echo "$heading" >&2
+bench_mode_start
 for ((i = 1; i <= runs; i++)); do
   echo "run $i/$runs" >&2
   for row in "${rows[@]}"; do
@@ -80,14 +122,18 @@ done
 swift_sync=""
 if [[ "$swift_row" == 1 ]]; then
   echo "Swift Queue.sync (Benchmarks row queue/sync, --side ours --repeat $runs)" >&2
-  (cd "$root/Benchmarks" && "$swift" build -c release --product Benchmarks >"$out/benchmarks-build.log" 2>&1)
   # The filter "uncontended" selects exactly the queue/sync row; its LoopDispatch column is
   # the median of the runs.
-  swift_sync="$(cd "$root/Benchmarks" && .build/release/Benchmarks uncontended --side ours \
-    --repeat "$runs" 2>/dev/null | awk -F'|' '$2 ~ /uncontended sync/ { gsub(/ /, "", $4); print $4 }')"
+  swift_sync="$(cd "$root/Benchmarks" && ${bench_mode_prefix[@]+"${bench_mode_prefix[@]}"} \
+    .build/release/Benchmarks uncontended --side ours --repeat "$runs" 2>/dev/null |
+    awk -F'|' '$2 ~ /uncontended sync/ { gsub(/ /, "", $4); print $4 }')"
 fi
+bench_mode_stop  # the timed part is over
 
 # ---- 4. Table ------------------------------------------------------------------------------------
+echo "C API benchmarks, $heading"
+echo
+
 awk -F'\t' -v runs="$runs" -v swift_sync="$swift_sync" '
   function sort(a, n,   i, j, t) {
     for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
@@ -152,3 +198,31 @@ awk -F'\t' -v runs="$runs" -v swift_sync="$swift_sync" '
     }
   }
 ' "$results"
+
+# ---- 5. Quota: how often each side was throttled --------------------------------------------
+if [[ "$bench_mode" == quota ]]; then
+  echo
+  awk -F'\t' -v runs="$runs" '
+    function median(list,   a, n, i, j, t) {
+      n = split(list, a, " ")
+      for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
+      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    {
+      periods[$1, $3] = periods[$1, $3] " " $4; ms[$1, $3] = ms[$1, $3] " " $5 / 1e6
+      if (!($3 in seen)) { seen[$3] = 1; order[++rows] = $3 }
+    }
+    END {
+      print "| Row | throttled periods (ours) | throttled periods (libdispatch) | throttled ms (ours) | throttled ms (libdispatch) |"
+      print "|---|---:|---:|---:|---:|"
+      for (r = 1; r <= rows; r++) {
+        row = order[r]
+        o = (("loopdispatch", row) in periods); t = (("libdispatch", row) in periods)
+        printf "| `%s` | %s | %s | %s | %s |\n", row,
+          o ? median(periods["loopdispatch", row]) : "n/a", t ? median(periods["libdispatch", row]) : "n/a",
+          o ? sprintf("%.1f", median(ms["loopdispatch", row])) : "n/a", t ? sprintf("%.1f", median(ms["libdispatch", row])) : "n/a"
+      }
+      print ""
+      printf "Medians of %d runs: the scratch cgroup'"'"'s cpu.stat (nr_throttled, throttled time) over each row'"'"'s process, warm-up included. A throttled period: the process used its quota before the 100 ms period ended and none of its threads ran until the next one.\n", runs
+    }' "$throttle"
+fi
