@@ -95,9 +95,11 @@ FUZZ_SECONDS ?= 60
 test-fuzz:
 	SWIFT=$(SWIFT) scripts/fuzz-http.sh $(FUZZ_SECONDS)
 
-## bench: the Benchmarks package in release mode; prints a table of ratios.
+## bench: the Benchmarks package in release mode; prints a table of ratios. MODE=neighbours
+## (one busy process per CPU beside it) or MODE=quota (in a cgroup limited to 1 CPU): see
+## Benchmarks/scripts/bench-mode.sh. Benchmarks/C/run.sh (the C API) takes the same MODE.
 bench: deps
-	cd Benchmarks && $(SWIFT) run -c release $(WERROR) Benchmarks $(ARGS)
+	SWIFT=$(SWIFT) Benchmarks/scripts/swift-bench.sh $(ARGS)
 
 ## docs: the DocC archives of MainLoop and LoopDispatch in docs-out/, built with the toolchain's
 ## docc; fails on any DocC warning, undocumented public symbol or unlisted misuse message.
@@ -106,7 +108,9 @@ docs: deps
 
 ## bench-http: wrk against `Examples serve` (built as `make run` builds it), the same server on
 ## Apple's Dispatch and the same routes on libevent's evhttp in C, 127.0.0.1 only; installs wrk
-## (apt-get) when it is missing. RUNS, DURATION, CONNECTIONS, ROUTES: see the script.
+## (apt-get) when it is missing. RUNS, DURATION, CONNECTIONS, ROUTES, MODE (neighbours: one busy
+## process beside the servers and wrk; quota: each server in a cgroup limited to 1 CPU): see the
+## script.
 bench-http: deps
 	@if ! command -v wrk >/dev/null 2>&1; then \
 	  echo "Installing wrk with apt-get..."; \

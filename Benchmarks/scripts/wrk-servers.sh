@@ -14,7 +14,20 @@
 # per run and one of medians: requests/s, p99 latency, and the ratios LoopDispatch/Dispatch and
 # LoopDispatch/evhttp (requests/s; above 1 means LoopDispatch served more).
 #
-# Environment: RUNS (3), DURATION (10s), CONNECTIONS (64), THREADS (2),
+# MODE (see Benchmarks/scripts/bench-mode.sh):
+#   quiet       (default) as above.
+#   neighbours  one busy process (NEIGHBOURS overrides the count) at the same priority beside the
+#               servers and wrk, from before the first run's first server starts until after the
+#               last one stops (the builds happen before); killed at exit, also on Ctrl-C.
+#   quota       each server runs in a scratch cgroup limited to 1 CPU (QUOTA_CPUS overrides); wrk
+#               runs outside it. `Examples serve` sizes its pool from the quota, DispatchServe
+#               does not, evhttp has one thread anyway. Also prints the periods each server was
+#               throttled. Prints "skipped: ..." and exits 0 where no writable cpu controller
+#               exists.
+# The mode is printed in the heading above the tables.
+#
+# Environment: RUNS (3), DURATION (10s), CONNECTIONS (64), THREADS (2), MODE, NEIGHBOURS,
+#   QUOTA_CPUS,
 #   ROUTES ("/ /hash?bytes=1000"), EXAMPLES_ROOT (the package that builds `Examples`; default
 #   the repository root), DISPATCH_ARGS (extra DispatchServe flags, e.g. "--idle-timer after"),
 #   EVHTTP_ARGS (extra EvhttpServe flags), SKIP_BUILD=1 (use the existing release binaries).
@@ -23,6 +36,9 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source-path=SCRIPTDIR source=bench-mode.sh
+source "$here/bench-mode.sh"
+bench_mode_setup 1  # exits 0 with "skipped: ..." for a quota the machine cannot set
 benchmarks="$(cd "$here/.." && pwd)"
 root="$(cd "$benchmarks/.." && pwd)"
 examples_root="${EXAMPLES_ROOT:-$root}"
@@ -57,23 +73,29 @@ evhttp_bin="$benchmarks_bin/EvhttpServe"
 work="$(mktemp -d "${TMPDIR:-/tmp}/wrk-servers.XXXXXX")"
 results="$work/results.tsv"  # run, server, route, requests/s, p99 in ms
 : >"$results"
+throttle="$work/throttle.tsv"  # quota: run, server, periods throttled, ns throttled
+: >"$throttle"
 server_pid=""
 
 cleanup() {
   if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
     kill -KILL "$server_pid" 2>/dev/null || true
   fi
+  bench_mode_cleanup  # the neighbours; the quota's cgroup
 }
 trap cleanup EXIT
 
-# start_server NAME LOG: starts the server, sets server_pid and server_port.
+# start_server NAME LOG: starts the server, sets server_pid and server_port. In quota mode the
+# prefix (a sh that joins the cgroup, then execs the server) keeps $! the server's pid.
 start_server() {
   local name="$1" log="$2"
+  local -a server
   case "$name" in
-    LoopDispatch) "$loopdispatch_bin" serve --port 0 >"$log" 2>&1 & ;;
-    Dispatch) "$dispatch_bin" --port 0 ${dispatch_args[@]+"${dispatch_args[@]}"} >"$log" 2>&1 & ;;
-    evhttp) "$evhttp_bin" --port 0 ${evhttp_args[@]+"${evhttp_args[@]}"} >"$log" 2>&1 & ;;
+    LoopDispatch) server=("$loopdispatch_bin" serve --port 0) ;;
+    Dispatch) server=("$dispatch_bin" --port 0 ${dispatch_args[@]+"${dispatch_args[@]}"}) ;;
+    evhttp) server=("$evhttp_bin" --port 0 ${evhttp_args[@]+"${evhttp_args[@]}"}) ;;
   esac
+  ${bench_mode_prefix[@]+"${bench_mode_prefix[@]}"} "${server[@]}" >"$log" 2>&1 &
   server_pid=$!
   server_port=""
   for _ in $(seq 100); do
@@ -88,6 +110,7 @@ start_server() {
     exit 1
   fi
   # One request on a fresh connection: the server must answer before it is measured.
+  # shellcheck disable=SC2016  # expanded by the inner bash
   if ! timeout 5 bash -c '
     exec 3<>"/dev/tcp/127.0.0.1/$1"
     printf "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n" >&3
@@ -129,11 +152,15 @@ to_ms() {
 }
 
 measure() {
-  local run="$1" name="$2" log="$work/$name.run$1.server.log"
+  local run="$1" name="$2"
+  local log="$work/$name.run$run.server.log"
+  local throttled_before
+  throttled_before="$(bench_mode_throttled)"
   start_server "$name" "$log"
   local route
   for route in "${routes[@]}"; do
-    local out="$work/$name.run$run.$(echo "$route" | tr -c 'A-Za-z0-9=\n' '_').wrk.txt"
+    local out
+    out="$work/$name.run$run.$(echo "$route" | tr -c 'A-Za-z0-9=\n' '_').wrk.txt"
     wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency \
       "http://127.0.0.1:$server_port$route" >"$out"
     local rps p99
@@ -151,8 +178,17 @@ measure() {
     echo "run $run: $name $route: $rps requests/s, p99 $p99" >&2
   done
   stop_server "$name"
+  if [[ "$bench_mode" == quota ]]; then
+    local throttled_after
+    throttled_after="$(bench_mode_throttled)"
+    printf '%s\t%s\t%s\t%s\n' "$run" "$name" "$((${throttled_after% *} - ${throttled_before% *}))" \
+      "$((${throttled_after#* } - ${throttled_before#* }))" >>"$throttle"
+  fi
 }
 
+heading="$(bench_mode_heading)"
+echo "$heading" >&2
+bench_mode_start
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 for run in $(seq "$RUNS"); do
   # Run 1: LoopDispatch Dispatch evhttp; run 2: Dispatch evhttp LoopDispatch; run 3: evhttp
@@ -162,6 +198,8 @@ for run in $(seq "$RUNS"); do
   echo "run $run of $RUNS: ${order[*]}" >&2
   for name in "${order[@]}"; do measure "$run" "$name"; done
 done
+load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
+bench_mode_stop
 
 # table TITLE FILTER: a Markdown table from the results; FILTER picks rows ("all" = medians).
 table() {
@@ -189,8 +227,8 @@ table() {
 }
 
 echo
-echo "wrk -t$THREADS -c$CONNECTIONS -d$DURATION --latency, 127.0.0.1, $(nproc) cores;" \
-  "load average before: $load_before, after: $(cut -d' ' -f1-3 /proc/loadavg)" \
+echo "wrk -t$THREADS -c$CONNECTIONS -d$DURATION --latency, 127.0.0.1, $(nproc) cores; $heading;" \
+  "load average before: $load_before, after: $load_after" \
   "(other work on the machine skews the figures)"
 for run in $(seq "$RUNS"); do
   echo
@@ -202,5 +240,13 @@ echo
 echo "Medians of $RUNS runs (ratios = median LoopDispatch req/s / median req/s of the other server):"
 echo
 table median
+if [[ "$bench_mode" == quota ]]; then
+  echo
+  echo "Throttled periods of 100 ms per server and run (the scratch cgroup's cpu.stat, from start to stop):"
+  echo
+  awk -F'\t' '
+    BEGIN { print "| run | server | throttled periods | throttled ms |"; print "|---|---|---:|---:|" }
+    { printf "| %s | %s | %d | %.0f |\n", $1, $2, $3, $4 / 1e6 }' "$throttle"
+fi
 echo
 echo "raw wrk output and server logs: $work"
