@@ -41,8 +41,9 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 # shellcheck source-path=SCRIPTDIR source=../scripts/bench-mode.sh
 source "$root/Benchmarks/scripts/bench-mode.sh"
-bench_mode_setup "$(nproc)"  # exits 0 with "skipped: ..." for a quota the machine cannot set
-trap bench_mode_cleanup EXIT
+# Exits 0 with "skipped: ..." for a quota the machine cannot set; sets the EXIT trap that kills
+# the neighbours and removes the cgroup.
+bench_mode_setup "$(nproc)"
 runs="${RUNS:-5}"
 cc="${CC:-/opt/swift/usr/bin/clang}"
 swift="${SWIFT:-swift}"

@@ -23,9 +23,10 @@
 #
 # Use:
 #   bench_mode_setup N      validate MODE; neighbours: N by default; quota: make the cgroup
-#                           (or skip, exit 0). Installs INT, TERM and HUP traps that exit (so
-#                           the caller's EXIT trap runs).
-#   trap bench_mode_cleanup EXIT   (or call it from the caller's own EXIT trap)
+#                           (or skip, exit 0). First installs `trap bench_mode_cleanup EXIT`
+#                           and INT, TERM and HUP traps that exit (so the EXIT trap runs); a
+#                           caller that sets its own EXIT trap later must call
+#                           bench_mode_cleanup from it.
 #   bench_mode_start        neighbours: start them (no-op in the other modes)
 #   "${bench_mode_prefix[@]}" CMD ...   run CMD in the mode: in quota mode a `sh` that writes its
 #                           own pid to the cgroup's cgroup.procs and execs CMD (so CMD's pid is
@@ -56,6 +57,14 @@ bench__period_us=100000
 
 bench_mode_setup() {
   local default_neighbours="$1"
+  # Before anything is made: a signal ends the script through exit, so that the EXIT trap
+  # (bench_mode_cleanup, or the caller's, which calls it) runs. Ctrl-C also reaches the measured
+  # process (same process group); the neighbours, being background jobs of a non-interactive
+  # shell, ignore SIGINT and are killed by the cleanup.
+  trap bench_mode_cleanup EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  trap 'exit 129' HUP
   case "$bench_mode" in
     quiet) ;;
     neighbours)
@@ -77,12 +86,6 @@ bench_mode_setup() {
       exit 2
       ;;
   esac
-  # A signal ends the script through exit, so that the caller's EXIT trap (bench_mode_cleanup)
-  # runs. Ctrl-C also reaches the measured process (same process group); the neighbours, being
-  # background jobs of a non-interactive shell, ignore SIGINT and are killed by the cleanup.
-  trap 'exit 130' INT
-  trap 'exit 143' TERM
-  trap 'exit 129' HUP
 }
 
 bench_mode_start() {

@@ -26,8 +26,9 @@ benchmarks="$(cd "$here/.." && pwd)"
 swift="${SWIFT:-swift}"
 # shellcheck source-path=SCRIPTDIR source=bench-mode.sh
 source "$here/bench-mode.sh"
-bench_mode_setup "$(nproc)"  # exits 0 with "skipped: ..." for a quota the machine cannot set
-trap bench_mode_cleanup EXIT
+# Exits 0 with "skipped: ..." for a quota the machine cannot set; sets the EXIT trap that kills
+# the neighbours and removes the cgroup.
+bench_mode_setup "$(nproc)"
 
 # The flags `swift run -c release -Xswiftc -warnings-as-errors Benchmarks` used, so the same
 # binary as before.

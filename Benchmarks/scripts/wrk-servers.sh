@@ -38,7 +38,9 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source-path=SCRIPTDIR source=bench-mode.sh
 source "$here/bench-mode.sh"
-bench_mode_setup 1  # exits 0 with "skipped: ..." for a quota the machine cannot set
+# Exits 0 with "skipped: ..." for a quota the machine cannot set; sets an EXIT trap (cleanup,
+# below, replaces it and calls bench_mode_cleanup too).
+bench_mode_setup 1
 benchmarks="$(cd "$here/.." && pwd)"
 root="$(cd "$benchmarks/.." && pwd)"
 examples_root="${EXAMPLES_ROOT:-$root}"
@@ -95,6 +97,9 @@ start_server() {
     Dispatch) server=("$dispatch_bin" --port 0 ${dispatch_args[@]+"${dispatch_args[@]}"}) ;;
     evhttp) server=("$evhttp_bin" --port 0 ${evhttp_args[@]+"${evhttp_args[@]}"}) ;;
   esac
+  # Made here, not only by the server's redirection: the loop below may read it before the
+  # forked child has opened it (seen with a busy neighbour: sed "can't read", and set -e exit).
+  : >"$log"
   ${bench_mode_prefix[@]+"${bench_mode_prefix[@]}"} "${server[@]}" >"$log" 2>&1 &
   server_pid=$!
   server_port=""
