@@ -67,8 +67,11 @@ read -r -a ours_flags <<<"$(PKG_CONFIG_PATH="$pcdir" pkg-config --cflags --libs 
   -L"$toolchain_swift_dir/linux" -ldispatch -lBlocksRuntime \
   -Wl,-rpath,"$toolchain_swift_dir/linux" -lpthread
 if [[ "$swift_row" == 1 ]]; then
-  # Built here, before any neighbour starts, so that the build neither slows nor is slowed.
-  (cd "$root/Benchmarks" && "$swift" build -c release --product Benchmarks >"$out/benchmarks-build.log" 2>&1) || {
+  # Built here, before any neighbour starts, so that the build neither slows nor is slowed;
+  # with make bench's flags (warnings as errors), so that the two do not rebuild each other's
+  # products.
+  (cd "$root/Benchmarks" && "$swift" build -c release -Xswiftc -warnings-as-errors \
+    --product Benchmarks >"$out/benchmarks-build.log" 2>&1) || {
     cat "$out/benchmarks-build.log" >&2
     echo "run.sh: building the Benchmarks package failed" >&2
     exit 1
