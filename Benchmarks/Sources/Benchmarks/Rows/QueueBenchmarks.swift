@@ -35,6 +35,12 @@ enum QueueBenchmarks {
           ours: { oursGlobalAsync(items: asyncItems) },
           rival: { dispatchGlobalAsync(items: asyncItems) }),
         Benchmark(
+          key: "globalcapture",
+          name: "1M closures each capturing a pointer onto the global queue from main",
+          unit: "ns/item", direction: .lowerIsBetter, rivalName: "Dispatch", target: halfDispatch,
+          ours: { oursGlobalCapture(items: captureItems) },
+          rival: { dispatchGlobalCapture(items: captureItems) }),
+        Benchmark(
           key: "serial",
           name: "1M empty closures onto one serial queue",
           unit: "ns/item", direction: .lowerIsBetter, rivalName: "Dispatch", target: notSlower,
