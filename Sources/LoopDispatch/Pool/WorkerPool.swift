@@ -179,10 +179,12 @@ final class WorkerPool: @unchecked Sendable {
   /// budget: it goes to the back of its lane, behind work from other threads).
   /// Thread-safety: any thread.
   @inline(__always)
-  func submit(_ job: PoolJob, priority: Priority, runNext: Bool = false, yielding: Bool = false) {
+  func submit(
+    _ job: consuming PoolJob, priority: Priority, runNext: Bool = false, yielding: Bool = false
+  ) {
     let node = NodeCache.take()
-    // Safe: the node is ours until published below.
-    node.pointee.job = job
+    // Safe: the node is ours until published below. The job moves in (no retain).
+    node.pointee.job = consume job
     node.pointee.lane = priority.rawValue
     node.pointee.enqueuedAt = Ticks.now()
     enqueue(node, runNext: runNext, yielding: yielding)

@@ -191,21 +191,25 @@ public final class Group: @unchecked Sendable {
 
 extension Queue {
   /// Submits `work` as part of `group`: the group is entered now and left when `work` returns.
+  ///
+  /// `work` is taken owned, as by `async(flags:execute:)`: a capturing closure's context
+  /// moves into the queued item with no retain or release on the submitting thread.
   public func async(
-    group: Group, flags: Flags = [], execute work: @escaping @Sendable () -> Void
+    group: Group, flags: Flags = [], execute work: consuming @escaping @Sendable () -> Void
   ) {
     group.enter()
     if case .root(let priority, let overcommit) = kind {
-      let job = PoolJob.grouped(work, GroupReference(group))
+      let job = PoolJob.grouped(consume work, GroupReference(group))
       if overcommit {
         WorkerPool.shared.submitOvercommit(job, priority: priority)
       } else {
-        WorkerPool.shared.submit(job, priority: priority)
+        WorkerPool.shared.submit(consume job, priority: priority)
       }
       return
     }
+    let body = consume work
     async(flags: flags) {
-      work()
+      body()
       group.leave()
     }
   }
