@@ -10,8 +10,15 @@ final class FutexWord: @unchecked Sendable {
   // @unchecked Sendable: the only state is the atomic word behind `pointer`.
   let pointer: UnsafeMutablePointer<Atomic<UInt32>>
 
-  init(_ initial: UInt32 = 0) {
-    pointer = .allocate(capacity: 1)
+  /// With `ownBlock`, the word is allocated alone on a 128-byte-aligned block of 128 bytes,
+  /// so writes to it (a park and its wake) disturb no other data, and writes to neighbouring
+  /// allocations do not take its line from the thread sleeping on it.
+  init(_ initial: UInt32 = 0, ownBlock: Bool = false) {
+    // Safe: a fresh allocation, bound to the type it is initialised as.
+    pointer = UnsafeMutableRawPointer.allocate(
+      byteCount: ownBlock ? 128 : MemoryLayout<Atomic<UInt32>>.size,
+      alignment: ownBlock ? 128 : MemoryLayout<Atomic<UInt32>>.alignment
+    ).bindMemory(to: Atomic<UInt32>.self, capacity: 1)
     pointer.initialize(to: Atomic(initial))
   }
 

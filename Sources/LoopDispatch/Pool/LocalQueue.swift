@@ -20,10 +20,20 @@ import Synchronization
 ///
 /// A non-copyable value kept in memory the worker allocates once (`Worker.local`): its
 /// methods borrow it in place, so using it costs no reference counting.
+///
+/// Cache lines: one lane is exactly `lineSize` (128) bytes, and `Worker` allocates its lanes
+/// at a 128-byte boundary (`allocateLanes`), so each lane's `head` and `tail` are alone on
+/// their 128-byte block: a thief's compare-and-swap on one lane's head does not take the line
+/// holding the owner's other lanes. 128, not 64: x86's adjacent-line prefetcher fetches
+/// 64-byte lines in aligned pairs, so two writers 64 bytes apart still disturb each other.
+/// The ring is allocated at a 128-byte boundary too, so no other allocation shares its first
+/// or last line. `PoolLayoutTests` checks both.
 struct LocalQueue: ~Copyable {
 
   static let capacity: UInt32 = 256
   private static let mask = capacity - 1
+  /// The block one lane fills, and the alignment of the lanes and of the ring.
+  static let lineSize = 128
 
   /// Atomic. STEAL << 32 | REAL.
   private let head = Atomic<UInt64>(0)
@@ -32,10 +42,30 @@ struct LocalQueue: ~Copyable {
   /// The ring: node pointers as integers. Allocated once, never freed (workers are kept
   /// for the process's life, see `WorkerPool.workerTable`).
   private let slots: UnsafeMutablePointer<Atomic<UInt>>
+  /// Fills the lane to `lineSize` bytes (24 used): the next lane starts on the next block.
+  private let padding:
+    (
+      UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64,
+      UInt64, UInt64
+    ) = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 
   init() {
-    slots = UnsafeMutablePointer<Atomic<UInt>>.allocate(capacity: Int(Self.capacity))
+    // Safe: a fresh allocation of `capacity` words, bound to the type it is initialised as.
+    slots = UnsafeMutableRawPointer.allocate(
+      byteCount: Int(Self.capacity) * MemoryLayout<Atomic<UInt>>.stride, alignment: Self.lineSize
+    ).bindMemory(to: Atomic<UInt>.self, capacity: Int(Self.capacity))
     for index in 0..<Int(Self.capacity) { (slots + index).initialize(to: Atomic(0)) }
+  }
+
+  /// `count` lanes, initialised, starting at a `lineSize` boundary (see the type's comment).
+  /// Freed with `deallocate()` (Swift's allocation is aligned-allocation compatible).
+  static func allocateLanes(_ count: Int) -> UnsafeMutablePointer<LocalQueue> {
+    // Safe: a fresh allocation of `count` strides, bound to the type it is initialised as.
+    let lanes = UnsafeMutableRawPointer.allocate(
+      byteCount: Swift.max(1, count) * MemoryLayout<LocalQueue>.stride, alignment: lineSize
+    ).bindMemory(to: LocalQueue.self, capacity: Swift.max(1, count))
+    for lane in 0..<count { (lanes + lane).initialize(to: LocalQueue()) }
+    return lanes
   }
 
   @inline(__always)
@@ -215,3 +245,18 @@ struct LocalQueue: ~Copyable {
     return first
   }
 }
+
+#if DEBUG
+  extension LocalQueue {
+    /// The addresses of the words other threads write or read per job: `head` (the owner's
+    /// pop and a thief's compare-and-swap) and `tail` (the owner's push, read by thieves and
+    /// spinners), and of the ring (for `PoolLayoutTests`).
+    func hotWordAddresses() -> (head: UInt, tail: UInt, slots: UInt) {
+      (
+        withUnsafePointer(to: head) { UInt(bitPattern: $0) },
+        withUnsafePointer(to: tail) { UInt(bitPattern: $0) },
+        UInt(bitPattern: slots)
+      )
+    }
+  }
+#endif

@@ -12,6 +12,19 @@ final class Worker: @unchecked Sendable {
   // the pool's lock before the worker's thread starts; `runNextStreak`, `spinBudget` and
   // `runNextSeen` belong to one thread each (the worker, the worker, the supervisor);
   // `isComing` is protected by the pool's lock.
+  //
+  // Cache lines. A Swift class lays its stored properties out in declaration order, so the
+  // fields come in two groups with 128 bytes of padding between them and after the second:
+  // no 128-byte block (two 64-byte lines, which x86's adjacent-line prefetcher moves as a
+  // pair) holds fields of both groups, whatever the object's 16-byte-aligned address.
+  // 1. Read by other threads, written rarely: what thieves, spinners and the park re-check
+  //    read (`local`, `localCount`, `index`), what wakers touch (`parkWord`, whose word has
+  //    a line of its own), and the supervisor's own per-tick fields.
+  // 2. Written by the owner per job (`busy`, `progress`, `runNext`, `takes`, `runningLane`
+  //    and the loop's own state). Other threads read some of them once per supervisor tick.
+  // `PoolLayoutTests` checks the separation on a live worker.
+
+  // MARK: Group 1: read by other threads
 
   /// The pool lives for the whole process (a static singleton), so no reference counting.
   unowned(unsafe) let pool: WorkerPool
@@ -21,29 +34,44 @@ final class Worker: @unchecked Sendable {
   let index: Int
   private(set) var isExtra: Bool
   /// 1 while parked (or about to park), 0 once woken. Written to 1 by the worker before it
-  /// joins the idle set; written to 0 by the waker that removed it from the set.
-  let parkWord = FutexWord(0)
-  /// Atomic. The worker's kernel thread id (for the supervisor's blocked check).
+  /// joins the idle set; written to 0 by the waker that removed it from the set. The word
+  /// is on a 128-byte block of its own (`FutexWord(ownBlock:)`).
+  let parkWord = FutexWord(0, ownBlock: true)
+  /// Atomic. The worker's kernel thread id (for the supervisor's blocked check). Written
+  /// once per thread start.
   let tid = Atomic<Int32>(0)
-  /// Atomic. True while the worker runs a job (not searching, not parked).
-  let busy = Atomic<Bool>(false)
   /// Overcommit workers only: true while counted in the pool's overcommit `coming`
   /// (`Overcommit.swift`, rule 3). Protected by the pool's lock.
   var isComing = false
-  /// Iterations of the next spin (adaptive; see `spinForWork`). Only touched by the worker.
-  private var spinBudget = WorkerPool.spinFloor
-
   /// The worker's local queues, one per lane (plain workers; none for overcommit ones).
-  /// Allocated once and never freed: worker objects live for the process.
+  /// Allocated once and never freed: worker objects live for the process. Each lane is a
+  /// 128-byte block of its own (`LocalQueue.allocateLanes`).
   let local: UnsafeMutablePointer<LocalQueue>
   /// How many `local` holds: the lane count, or 0 on an overcommit worker.
   let localCount: Int
-  /// Its global-queue figures (owner-written; summed by `WorkerPool.plainLaneFigures`).
+  /// Its global-queue figures (owner-written per job into the object's own 128-byte-aligned
+  /// words; summed by `WorkerPool.plainLaneFigures`). The reference itself never changes.
   let figures = WorkerFigures()
+  /// The slot's contents the supervisor saw at its last tick. Supervisor only (per tick).
+  var runNextSeen: UInt = 0
+  /// `progress` when the supervisor last looked. Only touched by the supervisor (per tick).
+  var progressSeenBySupervisor: UInt64 = 0
 
+  /// Keeps group 2 off every 128-byte block of group 1 (see the class's comment). A `var`
+  /// only so that `PoolLayoutTests` can take its address; never written.
+  private var ownerPadding = Worker.blockPadding
+
+  // MARK: Group 2: written by the owner per job
+
+  /// Atomic. True while the worker runs a job (not searching, not parked).
+  let busy = Atomic<Bool>(false)
+  /// Atomic. Jobs this worker started (written by the worker only; the supervisor reads it
+  /// to tell a worker stuck in one job, and sums it for the pool's progress).
+  let progress = Atomic<UInt64>(0)
   // The run-next slot (`WorkerPool+RunNext.swift`).
   /// Atomic. A job made runnable by this worker's current job (a node pointer, 0: none).
-  /// Filled by the owner only; emptied by an exchange, by the owner or by a rescue.
+  /// Filled by the owner only; emptied by an exchange, by the owner or by a rescue. Read by
+  /// the supervisor's sleep check (`WorkerPool.hasWaitingWork`).
   let runNext = Atomic<UInt>(0)
   /// Slot jobs this worker ran in a row (reset when it takes a job from a queue). Owner only.
   var runNextStreak = 0
@@ -57,19 +85,24 @@ final class Worker: @unchecked Sendable {
   /// behind), after the worker left its search or park: that discharges the wake it may owe,
   /// and `passOnWake` is skipped (see `main`). Owner only.
   var notifiedInTake = false
+  /// Iterations of the next spin (adaptive; see `spinForWork`). Only touched by the worker.
+  private var spinBudget = WorkerPool.spinFloor
   /// Loop turns in a row that found queued work but took none (see `main`). Owner only.
   private var fruitlessTurns = 0
   /// A spin or a park said work was queued, and the turn after it took none: what is
   /// counted cannot be taken yet (a producer preempted between counting and linking its job,
   /// a share holder or thief mid-move). Cleared by the next job taken. Owner only.
   private var sawUntakeable = false
-  /// The slot's contents the supervisor saw at its last tick. Supervisor only.
-  var runNextSeen: UInt = 0
-  /// Atomic. Jobs this worker started (written by the worker only; the supervisor reads it
-  /// to tell a worker stuck in one job, and sums it for the pool's progress).
-  let progress = Atomic<UInt64>(0)
-  /// `progress` when the supervisor last looked. Only touched by the supervisor.
-  var progressSeenBySupervisor: UInt64 = 0
+
+  /// Keeps whatever the allocator puts after this object off group 2's blocks.
+  private var tailPadding = Worker.blockPadding
+
+  /// 128 bytes of nothing (see the class's comment).
+  typealias BlockPadding = (
+    UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64,
+    UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64
+  )
+  static let blockPadding: BlockPadding = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 
   /// The worker whose thread is calling, or nil off the pool (and on overcommit threads).
   static var current: Worker? {
@@ -86,8 +119,7 @@ final class Worker: @unchecked Sendable {
     self.index = index
     self.isExtra = isExtra
     localCount = Priority.allCases.count
-    local = .allocate(capacity: localCount)
-    for lane in 0..<localCount { (local + lane).initialize(to: LocalQueue()) }
+    local = LocalQueue.allocateLanes(localCount)
   }
 
   /// Whether any of its local queues holds a job (any thread; a snapshot).
@@ -104,7 +136,7 @@ final class Worker: @unchecked Sendable {
     self.index = 0
     self.isExtra = true
     localCount = 0
-    local = .allocate(capacity: 1)  // Never initialised or read: `localCount` is 0.
+    local = LocalQueue.allocateLanes(0)  // Never initialised or read: `localCount` is 0.
   }
 
   deinit {
@@ -290,7 +322,12 @@ final class WorkerFigures: @unchecked Sendable {
   private let words: UnsafeMutablePointer<Atomic<UInt64>>
 
   init() {
-    words = .allocate(capacity: 5 * Self.lanes)
+    // 128-byte aligned and rounded up to whole 128-byte blocks: the owner's per-job writes
+    // share no block with another allocation (see `Worker`'s comment on cache lines).
+    // Safe: a fresh allocation, bound to the type it is initialised as.
+    let bytes = (5 * Self.lanes * MemoryLayout<Atomic<UInt64>>.stride + 127) / 128 * 128
+    words = UnsafeMutableRawPointer.allocate(byteCount: bytes, alignment: 128)
+      .bindMemory(to: Atomic<UInt64>.self, capacity: 5 * Self.lanes)
     for index in 0..<5 * Self.lanes { (words + index).initialize(to: Atomic(0)) }
   }
 
@@ -333,3 +370,66 @@ final class WorkerFigures: @unchecked Sendable {
       stats.recentWaitTicks, words[4 * Self.lanes + lane].load(ordering: .relaxed))
   }
 }
+
+#if DEBUG
+  extension Worker {
+    /// Where a field lies in the object: its offset from the object's start, and its size.
+    struct FieldSpan {
+      var name: String
+      var offset: Int
+      var size: Int
+    }
+
+    /// The offsets of the fields `PoolLayoutTests` checks, in declaration order: the
+    /// addressable fields of group 1 (its `let`s are not addressable; they lie between these
+    /// by declaration order, which the test checks on these), the two paddings, and every
+    /// field of group 2. Call it on a worker whose thread does not run (the test makes one).
+    func fieldSpans() -> (
+      group1: [FieldSpan], ownerPadding: FieldSpan, group2: [FieldSpan],
+      tailPadding: FieldSpan
+    ) {
+      let base = Int(bitPattern: Unmanaged.passUnretained(self).toOpaque())
+      func span<T>(_ name: String, _ pointer: UnsafePointer<T>) -> FieldSpan {
+        FieldSpan(name: name, offset: Int(bitPattern: pointer) - base, size: MemoryLayout<T>.size)
+      }
+      func atomic<T: ~Copyable>(_ name: String, _ value: borrowing T) -> FieldSpan {
+        // Safe: `Atomic` is address-only and cannot be copied, so the borrow is the field
+        // itself; the address is only compared, never dereferenced.
+        withUnsafePointer(to: value) {
+          FieldSpan(
+            name: name, offset: Int(bitPattern: $0) - base, size: MemoryLayout<T>.size)
+        }
+      }
+      let group1 = [
+        withUnsafeMutablePointer(to: &id) { span("id", $0) },
+        withUnsafeMutablePointer(to: &isExtra) { span("isExtra", $0) },
+        atomic("tid", tid),
+        withUnsafeMutablePointer(to: &isComing) { span("isComing", $0) },
+        withUnsafeMutablePointer(to: &runNextSeen) { span("runNextSeen", $0) },
+        withUnsafeMutablePointer(to: &progressSeenBySupervisor) {
+          span("progressSeenBySupervisor", $0)
+        },
+      ]
+      let owner = withUnsafeMutablePointer(to: &ownerPadding) { span("ownerPadding", $0) }
+      let group2 = [
+        atomic("busy", busy),
+        atomic("progress", progress),
+        atomic("runNext", runNext),
+        withUnsafeMutablePointer(to: &runNextStreak) { span("runNextStreak", $0) },
+        withUnsafeMutablePointer(to: &takes) { span("takes", $0) },
+        withUnsafeMutablePointer(to: &runningLane) { span("runningLane", $0) },
+        withUnsafeMutablePointer(to: &notifiedInTake) { span("notifiedInTake", $0) },
+        withUnsafeMutablePointer(to: &spinBudget) { span("spinBudget", $0) },
+        withUnsafeMutablePointer(to: &fruitlessTurns) { span("fruitlessTurns", $0) },
+        withUnsafeMutablePointer(to: &sawUntakeable) { span("sawUntakeable", $0) },
+      ]
+      let tail = withUnsafeMutablePointer(to: &tailPadding) { span("tailPadding", $0) }
+      return (group1, owner, group2, tail)
+    }
+  }
+
+  extension WorkerFigures {
+    /// The address of the figures' words (for `PoolLayoutTests`).
+    var wordsAddress: UInt { UInt(bitPattern: words) }
+  }
+#endif
