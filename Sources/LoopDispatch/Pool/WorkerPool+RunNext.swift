@@ -37,10 +37,12 @@ extension WorkerPool {
     guard owner.runNext.load(ordering: .relaxed) == 0 else { return false }
     // Counted before the store: once in the slot, a rescuer may move the node on.
     owner.figures.countLocalSubmission(lane: lane)
-    // Sequentially consistent: with `slottedJobs` below, pairs with the supervisor's sleep
-    // check (`hasWaitingWork`); releasing, so a rescuer that exchanges it out sees the job.
+    // Sequentially consistent: the slot is what the supervisor's sleep check loads
+    // (`hasSlottedJob`: this store, then the caller's load of the supervisor's word in
+    // `noteWorkWaiting`, against its store of that word, then its loads of the slots);
+    // releasing, so a rescuer that exchanges it out sees the job. The only write of the
+    // hand-off, on the owner's own line: no process-wide count of slotted jobs.
     owner.runNext.store(node.nodeBits, ordering: .sequentiallyConsistent)
-    slottedJobs.wrappingAdd(1, ordering: .sequentiallyConsistent)
     return true
   }
 
@@ -65,12 +67,16 @@ extension WorkerPool {
       mustWait = hasQueuedWork(for: owner)
     }
     if mustWait {
-      // Back in the slot (only the owner fills it, so it is still empty): the count of
-      // slotted jobs never changed. Sequentially consistent, as a fill.
+      // Back in the slot (only the owner fills it, so it is still empty). Sequentially
+      // consistent, then the supervisor's word is loaded, as for a fill: the exchange above
+      // emptied the slot for a moment, and a supervisor that looked then may have gone to
+      // sleep, while the job the owner runs first may block in the kernel (rule 4). A load
+      // of a word the supervisor writes only when it sleeps or wakes: no shared write unless
+      // it sleeps. (Rare: a higher lane waits, or the streak is used up.)
       owner.runNext.store(bits, ordering: .sequentiallyConsistent)
+      supervisor.noteWorkWaiting()
       return nil
     }
-    slottedJobs.wrappingSubtract(1, ordering: .relaxed)
     owner.runNextStreak += 1
     return node
   }
@@ -91,7 +97,6 @@ extension WorkerPool {
   private func evictRunNext(of worker: Worker) -> JobNodePointer? {
     let taken = worker.runNext.exchange(0, ordering: .acquiring)
     guard taken != 0 else { return nil }
-    slottedJobs.wrappingSubtract(1, ordering: .relaxed)
     return JobNodePointer(nodeBits: taken)
   }
 

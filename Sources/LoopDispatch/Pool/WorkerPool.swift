@@ -103,8 +103,6 @@ final class WorkerPool: @unchecked Sendable {
   let idleWordCount: Int
   /// Atomic. Workers spinning in search of work.
   let searching = Atomic<Int>(0)
-  /// Atomic. Jobs waiting in run-next slots (the supervisor watches them).
-  let slottedJobs = Atomic<Int>(0)
   /// Atomic. Overcommit jobs waiting with no thread coming for them (`Overcommit.swift`,
   /// rule 3; written under the lock, read by the supervisor).
   let overcommitShortfall = Atomic<Int>(0)
@@ -461,9 +459,33 @@ final class WorkerPool: @unchecked Sendable {
   /// Whether jobs wait in a queue or a run-next slot, or overcommit jobs wait for a thread
   /// (for the supervisor's sleep; sequentially consistent loads, see `PoolSupervisor.run`).
   var hasWaitingWork: Bool {
-    hasQueuedWork()
-      || slottedJobs.load(ordering: .sequentiallyConsistent) > 0
+    hasQueuedWork() || hasSlottedJob
       || overcommitShortfall.load(ordering: .sequentiallyConsistent) > 0
+  }
+
+  /// Whether a plain worker's run-next slot holds a job: a sequentially consistent load of
+  /// every slot (for the supervisor's sleep check, `hasWaitingWork`).
+  ///
+  /// The slots are read where they are, instead of a process-wide count of slotted jobs that
+  /// every hand-off would write twice (once to fill, once to empty): the hand-off writes only
+  /// its own worker's line (`WorkerPool+RunNext.swift`). The pairing is the one the count
+  /// had, with the slot as the published word: a filler stores its slot (sequentially
+  /// consistent), then loads the supervisor's word in `noteWorkWaiting`; the supervisor stores
+  /// its word, then loads every slot here. In the total order one of the stores comes first,
+  /// so the supervisor sees the slot filled (or already emptied by a take: the job is gone),
+  /// or the filler sees it asleep and wakes it. The table count read first covers every
+  /// worker that can fill a slot: it is written only by `spawnWorker`, which runs in the
+  /// pool's initialiser (before the supervisor's thread starts) or on the supervisor's own
+  /// thread, so the supervisor always reads its latest value.
+  var hasSlottedJob: Bool {
+    let count = tableCount.load(ordering: .acquiring)
+    for index in 0..<count
+    where unmanagedWorker(at: index)._withUnsafeGuaranteedRef({
+      $0.runNext.load(ordering: .sequentiallyConsistent) != 0
+    }) {
+      return true
+    }
+    return false
   }
 
   /// Worker threads alive now, plain and overcommit.
