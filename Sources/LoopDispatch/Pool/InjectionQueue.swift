@@ -109,6 +109,7 @@ struct InjectionQueue: ~Copyable {
     while !consuming.compareExchange(expected: false, desired: true, ordering: .acquiring)
       .exchanged
     {
+      countSharedWrite(.takeInjection)  // The failed try.
       attempts += 1
       if attempts == Self.acquireAttempts || count <= 0 { return nil }
       spinLoopHint()
@@ -124,6 +125,10 @@ struct InjectionQueue: ~Copyable {
     taken.store(done, ordering: .releasing)
     // Releasing: hands `head` and `taken` to the next holder.
     consuming.store(false, ordering: .releasing)
+    // The flag's claim and release, `taken`, and `head` once per job moved.
+    countSharedWrite(.takeInjection, 3 + moved)
+    countPoolEvent(.injectionClaim)
+    countPoolEvent(.injectionJob, moved)
     return first
   }
 

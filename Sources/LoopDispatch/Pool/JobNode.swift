@@ -150,6 +150,7 @@ enum NodeCache {
       // chain's links are visible.
       let chain = shared.exchange(0, ordering: .acquiring)
       sharedCount.store(0, ordering: .relaxed)
+      countSharedWrite(.nodeCache, 2)
       if chain != 0 {
         cache.pointee.borrowed = UnsafeMutableRawPointer(bitPattern: chain)
         registerExitHook(cache)
@@ -201,6 +202,7 @@ enum NodeCache {
         head: head.assumingMemoryBound(to: JobNode.self),
         tail: tail.assumingMemoryBound(to: JobNode.self))
       sharedCount.wrappingAdd(cache.pointee.spare_count, ordering: .relaxed)
+      countSharedWrite(.nodeCache)
     }
     cache.pointee.spare_head = nil
     cache.pointee.spare_tail = nil
@@ -213,6 +215,7 @@ enum NodeCache {
     var expected = shared.load(ordering: .relaxed)
     while true {
       tail.pointee.next.store(expected, ordering: .relaxed)
+      countSharedWrite(.nodeCache)  // The compare-and-swap below (each try).
       // Releasing: the chain's links are published with the head (see `takeSlow`).
       let (exchanged, original) = shared.compareExchange(
         expected: expected, desired: head.nodeBits, ordering: .releasing)

@@ -167,6 +167,7 @@ struct LocalQueue: ~Copyable {
       if available == 0 || available > Self.capacity { return 0 }
       claimed = available
       start = real
+      countSharedWrite(.rescue)  // The owner's head.
       let (exchanged, original) = head.compareExchange(
         expected: word, desired: Self.pack(steal: steal, real: real &+ claimed),
         ordering: .acquiringAndReleasing)
@@ -182,16 +183,17 @@ struct LocalQueue: ~Copyable {
         JobNodePointer(nodeBits: slots[Int((start &+ offset) & Self.mask)].load(ordering: .relaxed))
       )
     }
-    endSteal(from: word)
+    endSteal(from: word, path: .rescue)
     return Int(claimed)
   }
 
   /// Ends a steal whose claim left `head` at `word`: STEAL catches up with REAL (which the
   /// owner may have moved meanwhile), so the claimed slots may be reused. The thief only.
-  private func endSteal(from claimedWord: UInt64) {
+  private func endSteal(from claimedWord: UInt64, path: SharedWritePath) {
     var word = claimedWord
     while true {
       let (_, real) = Self.unpack(word)
+      countSharedWrite(path)  // The owner's head.
       let (exchanged, original) = head.compareExchange(
         expected: word, desired: Self.pack(steal: real, real: real),
         ordering: .acquiringAndReleasing)
@@ -220,6 +222,7 @@ struct LocalQueue: ~Copyable {
       claimed = Swift.min(available - available / 2, room &+ 1)
       start = real
       let desired = Self.pack(steal: steal, real: real &+ claimed)
+      countSharedWrite(.steal)  // The victim's head.
       let (exchanged, original) = head.compareExchange(
         expected: word, desired: desired, ordering: .acquiringAndReleasing)
       if exchanged {
@@ -241,22 +244,21 @@ struct LocalQueue: ~Copyable {
       // Sequentially consistent: a publication in the parking Dekker pair, as `push`.
       destination.tail.store(destinationEnd &+ claimed &- 1, ordering: .sequentiallyConsistent)
     }
-    endSteal(from: word)
+    endSteal(from: word, path: .steal)
+    countPoolEvent(.steal)
     return first
   }
 }
 
-#if DEBUG
-  extension LocalQueue {
-    /// The addresses of the words other threads write or read per job: `head` (the owner's
-    /// pop and a thief's compare-and-swap) and `tail` (the owner's push, read by thieves and
-    /// spinners), and of the ring (for `PoolLayoutTests`).
-    func hotWordAddresses() -> (head: UInt, tail: UInt, slots: UInt) {
-      (
-        withUnsafePointer(to: head) { UInt(bitPattern: $0) },
-        withUnsafePointer(to: tail) { UInt(bitPattern: $0) },
-        UInt(bitPattern: slots)
-      )
-    }
+extension LocalQueue {
+  /// The addresses of the words other threads write or read per job: `head` (the owner's
+  /// pop and a thief's compare-and-swap) and `tail` (the owner's push, read by thieves and
+  /// spinners), and of the ring (for `PoolLayoutTests`).
+  func hotWordAddresses() -> (head: UInt, tail: UInt, slots: UInt) {
+    (
+      withUnsafePointer(to: head) { UInt(bitPattern: $0) },
+      withUnsafePointer(to: tail) { UInt(bitPattern: $0) },
+      UInt(bitPattern: slots)
+    )
   }
-#endif
+}

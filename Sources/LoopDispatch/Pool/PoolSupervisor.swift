@@ -64,10 +64,9 @@ final class PoolSupervisor: @unchecked Sendable {
   /// it re-checks for work (see `run`), so a job submitted as it falls asleep is never missed.
   @inline(__always)
   func noteWorkWaiting() {
-    if word.atomic.pointee.load(ordering: .sequentiallyConsistent) == 1
-      && word.atomic.pointee.exchange(0, ordering: .acquiringAndReleasing) == 1
-    {
-      word.wake(1)
+    if word.atomic.pointee.load(ordering: .sequentiallyConsistent) == 1 {
+      countSharedWrite(.supervisorWake)
+      if word.atomic.pointee.exchange(0, ordering: .acquiringAndReleasing) == 1 { word.wake(1) }
     }
   }
 
@@ -85,12 +84,15 @@ final class PoolSupervisor: @unchecked Sendable {
           // (or of `lookDue`), then its load of `word` (Dekker): either we see its job or
           // request, or it sees us asleep and wakes us.
           word.atomic.pointee.store(1, ordering: .sequentiallyConsistent)
+          countSharedWrite(.supervisorSleep)
+          countPoolEvent(.supervisorSleep)
           if !pool.hasWaitingWork && !ThreadName.lookIsDue {
             while word.atomic.pointee.load(ordering: .acquiring) == 1 {
               word.wait(whileEqualTo: 1)
             }
           } else {
             word.atomic.pointee.store(0, ordering: .relaxed)
+            countSharedWrite(.supervisorSleep)
           }
           lastStarted = pool.jobsStarted
         }
@@ -104,6 +106,7 @@ final class PoolSupervisor: @unchecked Sendable {
         }
       }
       word.wait(whileEqualTo: 0, timeoutNanoseconds: tickNanoseconds)
+      countPoolEvent(.supervisorTick)
       if ThreadName.lookIsDue { ThreadName.catchUp() }
       let started = pool.jobsStarted
       defer { lastStarted = started }

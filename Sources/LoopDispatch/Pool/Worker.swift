@@ -248,6 +248,8 @@ final class Worker: @unchecked Sendable {
     // this spinner (and wakes nobody) or its job is seen by the checks below.
     let searchers = pool.searching.wrappingAdd(1, ordering: .sequentiallyConsistent).newValue
     defer { pool.searching.wrappingSubtract(1, ordering: .sequentiallyConsistent) }
+    countSharedWrite(.spin, 2)  // The increment above and the decrement it defers.
+    countPoolEvent(.spin)
     if searchers > pool.maximumSearchers { return false }
     for _ in 0..<spinBudget {
       poolProbe(.spin)
@@ -371,65 +373,63 @@ final class WorkerFigures: @unchecked Sendable {
   }
 }
 
-#if DEBUG
-  extension Worker {
-    /// Where a field lies in the object: its offset from the object's start, and its size.
-    struct FieldSpan {
-      var name: String
-      var offset: Int
-      var size: Int
-    }
-
-    /// The offsets of the fields `PoolLayoutTests` checks, in declaration order: the
-    /// addressable fields of group 1 (its `let`s are not addressable; they lie between these
-    /// by declaration order, which the test checks on these), the two paddings, and every
-    /// field of group 2. Call it on a worker whose thread does not run (the test makes one).
-    func fieldSpans() -> (
-      group1: [FieldSpan], ownerPadding: FieldSpan, group2: [FieldSpan],
-      tailPadding: FieldSpan
-    ) {
-      let base = Int(bitPattern: Unmanaged.passUnretained(self).toOpaque())
-      func span<T>(_ name: String, _ pointer: UnsafePointer<T>) -> FieldSpan {
-        FieldSpan(name: name, offset: Int(bitPattern: pointer) - base, size: MemoryLayout<T>.size)
-      }
-      func atomic<T: ~Copyable>(_ name: String, _ value: borrowing T) -> FieldSpan {
-        // Safe: `Atomic` is address-only and cannot be copied, so the borrow is the field
-        // itself; the address is only compared, never dereferenced.
-        withUnsafePointer(to: value) {
-          FieldSpan(
-            name: name, offset: Int(bitPattern: $0) - base, size: MemoryLayout<T>.size)
-        }
-      }
-      let group1 = [
-        withUnsafeMutablePointer(to: &id) { span("id", $0) },
-        withUnsafeMutablePointer(to: &isExtra) { span("isExtra", $0) },
-        atomic("tid", tid),
-        withUnsafeMutablePointer(to: &isComing) { span("isComing", $0) },
-        withUnsafeMutablePointer(to: &runNextSeen) { span("runNextSeen", $0) },
-        withUnsafeMutablePointer(to: &progressSeenBySupervisor) {
-          span("progressSeenBySupervisor", $0)
-        },
-      ]
-      let owner = withUnsafeMutablePointer(to: &ownerPadding) { span("ownerPadding", $0) }
-      let group2 = [
-        atomic("busy", busy),
-        atomic("progress", progress),
-        atomic("runNext", runNext),
-        withUnsafeMutablePointer(to: &runNextStreak) { span("runNextStreak", $0) },
-        withUnsafeMutablePointer(to: &takes) { span("takes", $0) },
-        withUnsafeMutablePointer(to: &runningLane) { span("runningLane", $0) },
-        withUnsafeMutablePointer(to: &notifiedInTake) { span("notifiedInTake", $0) },
-        withUnsafeMutablePointer(to: &spinBudget) { span("spinBudget", $0) },
-        withUnsafeMutablePointer(to: &fruitlessTurns) { span("fruitlessTurns", $0) },
-        withUnsafeMutablePointer(to: &sawUntakeable) { span("sawUntakeable", $0) },
-      ]
-      let tail = withUnsafeMutablePointer(to: &tailPadding) { span("tailPadding", $0) }
-      return (group1, owner, group2, tail)
-    }
+extension Worker {
+  /// Where a field lies in the object: its offset from the object's start, and its size.
+  struct FieldSpan {
+    var name: String
+    var offset: Int
+    var size: Int
   }
 
-  extension WorkerFigures {
-    /// The address of the figures' words (for `PoolLayoutTests`).
-    var wordsAddress: UInt { UInt(bitPattern: words) }
+  /// The offsets of the fields `PoolLayoutTests` checks, in declaration order: the
+  /// addressable fields of group 1 (its `let`s are not addressable; they lie between these
+  /// by declaration order, which the test checks on these), the two paddings, and every
+  /// field of group 2. Call it on a worker whose thread does not run (the test makes one).
+  func fieldSpans() -> (
+    group1: [FieldSpan], ownerPadding: FieldSpan, group2: [FieldSpan],
+    tailPadding: FieldSpan
+  ) {
+    let base = Int(bitPattern: Unmanaged.passUnretained(self).toOpaque())
+    func span<T>(_ name: String, _ pointer: UnsafePointer<T>) -> FieldSpan {
+      FieldSpan(name: name, offset: Int(bitPattern: pointer) - base, size: MemoryLayout<T>.size)
+    }
+    func atomic<T: ~Copyable>(_ name: String, _ value: borrowing T) -> FieldSpan {
+      // Safe: `Atomic` is address-only and cannot be copied, so the borrow is the field
+      // itself; the address is only compared, never dereferenced.
+      withUnsafePointer(to: value) {
+        FieldSpan(
+          name: name, offset: Int(bitPattern: $0) - base, size: MemoryLayout<T>.size)
+      }
+    }
+    let group1 = [
+      withUnsafeMutablePointer(to: &id) { span("id", $0) },
+      withUnsafeMutablePointer(to: &isExtra) { span("isExtra", $0) },
+      atomic("tid", tid),
+      withUnsafeMutablePointer(to: &isComing) { span("isComing", $0) },
+      withUnsafeMutablePointer(to: &runNextSeen) { span("runNextSeen", $0) },
+      withUnsafeMutablePointer(to: &progressSeenBySupervisor) {
+        span("progressSeenBySupervisor", $0)
+      },
+    ]
+    let owner = withUnsafeMutablePointer(to: &ownerPadding) { span("ownerPadding", $0) }
+    let group2 = [
+      atomic("busy", busy),
+      atomic("progress", progress),
+      atomic("runNext", runNext),
+      withUnsafeMutablePointer(to: &runNextStreak) { span("runNextStreak", $0) },
+      withUnsafeMutablePointer(to: &takes) { span("takes", $0) },
+      withUnsafeMutablePointer(to: &runningLane) { span("runningLane", $0) },
+      withUnsafeMutablePointer(to: &notifiedInTake) { span("notifiedInTake", $0) },
+      withUnsafeMutablePointer(to: &spinBudget) { span("spinBudget", $0) },
+      withUnsafeMutablePointer(to: &fruitlessTurns) { span("fruitlessTurns", $0) },
+      withUnsafeMutablePointer(to: &sawUntakeable) { span("sawUntakeable", $0) },
+    ]
+    let tail = withUnsafeMutablePointer(to: &tailPadding) { span("tailPadding", $0) }
+    return (group1, owner, group2, tail)
   }
-#endif
+}
+
+extension WorkerFigures {
+  /// The address of the figures' words (for `PoolLayoutTests`).
+  var wordsAddress: UInt { UInt(bitPattern: words) }
+}

@@ -58,6 +58,8 @@ extension WorkerPool {
   func announceIdle(_ worker: Worker) {
     let (word, bit) = idlePosition(worker)
     idleWords[word].bitwiseOr(bit, ordering: .sequentiallyConsistent)
+    countSharedWrite(.park)
+    countPoolEvent(.park)
   }
 
   /// Takes `worker` out of the idle set; returns whether its bit was still set (false: a
@@ -65,6 +67,7 @@ extension WorkerPool {
   @inline(__always)
   func withdrawIdle(_ worker: Worker) -> Bool {
     let (word, bit) = idlePosition(worker)
+    countSharedWrite(.park)
     return idleWords[word].bitwiseAnd(~bit, ordering: .sequentiallyConsistent).oldValue & bit != 0
   }
 
@@ -101,9 +104,12 @@ extension WorkerPool {
       while bits != 0 {
         let bit = bits & (~bits &+ 1)  // The lowest set bit.
         poolProbe(.claim)
+        countSharedWrite(.wake)  // The claim (each try).
         let (claimed, original) = idleWords[word].compareExchange(
           expected: bits, desired: bits & ~bit, ordering: .sequentiallyConsistent)
         if claimed {
+          countSharedWrite(.wake)  // The sleeper's park word (`unpark`).
+          countPoolEvent(.wake)
           unmanagedWorker(at: word * 64 + bit.trailingZeroBitCount)._withUnsafeGuaranteedRef {
             $0.unpark()
           }

@@ -110,6 +110,7 @@ extension WorkerPool {
     if let node = pool.evictRunNext(of: worker) {
       if !worker.local[node.pointee.lane].push(node) {
         pool.injection[node.pointee.lane].push(node)
+        countSharedWrite(.rescue, 3)
       }
     } else if !worker.hasLocalWork {
       return
@@ -126,10 +127,11 @@ extension WorkerPool {
       // The same node in the slot at two ticks: the owner has not come back for a tick.
       // (A recycled node that is a new slot job at the same address is rescued a tick
       // early: harmless.)
-      guard bits != 0, bits == worker.runNextSeen, let node = evictRunNext(of: worker) else {
-        continue
-      }
+      guard bits != 0, bits == worker.runNextSeen else { continue }
+      countSharedWrite(.rescue)  // The exchange on the owner's slot.
+      guard let node = evictRunNext(of: worker) else { continue }
       injection[node.pointee.lane].push(node)
+      countSharedWrite(.rescue, 3)
       notifyWork()
     }
   }
@@ -146,7 +148,10 @@ extension WorkerPool {
       guard progress == worker.progressSeenBySupervisor, worker.hasLocalWork else { continue }
       var moved = 0
       for lane in 0..<laneCount {
-        moved += worker.local[lane].evacuate { node in injection[lane].push(node) }
+        moved += worker.local[lane].evacuate { node in
+          injection[lane].push(node)
+          countSharedWrite(.rescue, 3)
+        }
       }
       if moved > 0 { notifyWork() }
     }

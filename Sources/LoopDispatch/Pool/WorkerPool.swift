@@ -212,6 +212,7 @@ final class WorkerPool: @unchecked Sendable {
       return
     }
     injection[lane].push(node)
+    countSharedWrite(ThreadSlots.worker() == nil ? .submitOutside : .submitRequeue, 3)
     notifyWork()
   }
 
@@ -239,6 +240,7 @@ final class WorkerPool: @unchecked Sendable {
     guard let first, let last else { return }
     poolProbe(.submit)
     injection[priority.rawValue].pushChain(first: first, last: last, count: count)
+    countSharedWrite(.submitBatch, 3)
     notifyWork()
   }
 
