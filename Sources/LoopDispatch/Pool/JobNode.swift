@@ -145,7 +145,11 @@ enum NodeCache {
   }
 
   private static func takeSlow(_ cache: UnsafeMutablePointer<lds_node_cache>) -> JobNodePointer {
-    if cache.pointee.borrowed == nil {
+    // Looked at before it is emptied: a thread that allocates while the shared stack is
+    // empty (a producer outside the pool, before the workers have handed back a chain) would
+    // otherwise write the process-wide head and count for every node (PoolWriteCountTests:
+    // 0.6-0.8 writes per job from outside before this).
+    if cache.pointee.borrowed == nil && shared.load(ordering: .relaxed) != 0 {
       // Acquiring: pairs with the releasing compare-and-swap in `pushShared`, so the
       // chain's links are visible.
       let chain = shared.exchange(0, ordering: .acquiring)
