@@ -49,6 +49,9 @@ package enum SharedWritePath: Int, CaseIterable, Sendable {
 
 /// Events that the counts are judged against (not writes).
 package enum PoolEvent: Int, CaseIterable, Sendable {
+  /// A worker found nothing in its slot, its local queues and the injection queues, and
+  /// looks further (a steal, then a spin or a park): the turn every run-dry write follows.
+  case dryTurn
   /// A worker started a spin (counted in `searching`).
   case spin
   /// A worker announced itself idle.

@@ -309,6 +309,7 @@ final class WorkerPool: @unchecked Sendable {
   /// Steals half of another worker's local queue, highest lane first, starting after the
   /// thief in table order (so thieves spread over victims). Worker threads.
   func steal(for thief: Worker) -> JobNodePointer? {
+    countPoolEvent(.dryTurn)  // Called when `takeJob` found nothing.
     let count = tableCount.load(ordering: .acquiring)
     guard count > 1 else { return nil }
     poolProbe(.steal)
