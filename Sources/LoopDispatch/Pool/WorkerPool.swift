@@ -29,10 +29,12 @@ import Synchronization
 ///    `PoolSupervisor.retryDelay` before trying again. Only a pool that cannot start a single
 ///    worker traps (`resourceFailure`).
 ///
-/// Shared cache lines written per job (the scaling argument, <doc:ThreadingModel>): a
-/// submission from a worker writes only its own local queue's tail; one from elsewhere
-/// writes the lane's injection tail and count; a take from the local queue writes the
-/// owner's own head; a take from an injection queue writes its consumer side once per batch.
+/// Shared cache lines written per job (<doc:ThreadingModel>, "What each path writes"; counted
+/// in debug builds by `SharedWriteCount`, asserted by PoolWriteCountTests): a submission from
+/// a worker, and a run-next hand-off, write only the worker's own lines; one from elsewhere
+/// writes the lane's injection count, tail and link (3); a take from the local queue writes
+/// the owner's own head; a take from an injection queue writes its consumer side once per
+/// share. Every other shared write (spin, park, wake, steal) follows a worker running dry.
 final class WorkerPool: @unchecked Sendable {
   // @unchecked Sendable: mutable state is in `state` (behind its lock), atomic, or in the
   // fixed tables allocated at init whose entries are atomic.
