@@ -67,4 +67,25 @@ import Testing
     #expect(UInt(bitPattern: worker.parkWord.pointer) % UInt(Self.block) == 0)
     #expect(worker.figures.wordsAddress % UInt(Self.block) == 0)
   }
+
+  @Test func injectionLanesKeepProducersAndConsumersApart() {
+    #expect(MemoryLayout<InjectionQueue>.size == 2 * InjectionQueue.blockSize)
+    let pool = WorkerPool.shared
+    #expect(UInt(bitPattern: pool.injection) % UInt(Self.block) == 0)
+    var seen: [UInt: String] = [:]
+    for lane in 0..<pool.laneCount {
+      let (producers, consumers) = pool.injection[lane].wordAddresses()
+      let producerBlocks = Set(producers.map { $0 / UInt(Self.block) })
+      let consumerBlocks = Set(consumers.map { $0 / UInt(Self.block) })
+      #expect(producerBlocks.count == 1 && consumerBlocks.count == 1, "lane \(lane)")
+      for (block, side) in [
+        (producerBlocks.first, "producers"), (consumerBlocks.first, "consumers"),
+      ] {
+        guard let block else { continue }
+        #expect(
+          seen[block] == nil, "lane \(lane)'s \(side) share a block with \(seen[block] ?? "")")
+        seen[block] = "lane \(lane)'s \(side)"
+      }
+    }
+  }
 }

@@ -22,6 +22,12 @@ import Synchronization
 ///
 /// A non-copyable value kept in memory the pool allocates once (`WorkerPool.injection`): its
 /// methods borrow it in place, so using it costs no reference counting.
+///
+/// Cache lines: a lane is two 128-byte blocks, the producers' (`tail`, `pushed`) and the
+/// consumers' (`consuming`, `taken`, `head`), and the lanes are allocated at a 128-byte
+/// boundary (`allocateLanes`): a consumer's claim takes neither its own lane's producer line
+/// nor the next lane's. 128, not 64: x86's adjacent-line prefetcher moves 64-byte lines in
+/// pairs. `PoolLayoutTests` checks it.
 struct InjectionQueue: ~Copyable {
 
   /// Producers' side. Atomic: the newest node.
@@ -29,10 +35,12 @@ struct InjectionQueue: ~Copyable {
   /// Atomic. Jobs ever pushed (sequentially consistent: one side of the parking Dekker pair,
   /// see `WorkerPool+Parking.swift`).
   let pushed = Atomic<UInt64>(0)
-  /// Keeps the consumers' fields off the producers' cache line.
-  private let padding: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) = (
-    0, 0, 0, 0, 0, 0, 0
-  )
+  /// Fills the producers' block to 128 bytes (16 used).
+  private let padding:
+    (
+      UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64,
+      UInt64, UInt64, UInt64
+    ) = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
   /// Atomic. Held (true) by the one consumer taking jobs now.
   private let consuming = Atomic<Bool>(false)
   /// Atomic. Jobs ever taken (written only by the holder of `consuming`).
@@ -40,6 +48,37 @@ struct InjectionQueue: ~Copyable {
   /// Atomic (relaxed: only the holder of `consuming` touches it, ordered by that flag's
   /// acquire and release). The dummy node.
   private let head: Atomic<UInt>
+  /// Fills the consumers' block to 128 bytes (24 used): the next lane starts on a block.
+  private let consumerPadding:
+    (
+      UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64,
+      UInt64, UInt64
+    ) = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+
+  /// The size of one block, and the lanes' alignment.
+  static let blockSize = 128
+
+  /// `count` lanes, initialised, starting at a `blockSize` boundary (see the type's comment).
+  static func allocateLanes(_ count: Int) -> UnsafeMutablePointer<InjectionQueue> {
+    // Safe: a fresh allocation of `count` strides, bound to the type it is initialised as.
+    let lanes = UnsafeMutableRawPointer.allocate(
+      byteCount: count * MemoryLayout<InjectionQueue>.stride, alignment: blockSize
+    ).bindMemory(to: InjectionQueue.self, capacity: count)
+    for lane in 0..<count { (lanes + lane).initialize(to: InjectionQueue()) }
+    return lanes
+  }
+
+  /// The addresses of the producers' and the consumers' words (for `PoolLayoutTests`).
+  func wordAddresses() -> (producers: [UInt], consumers: [UInt]) {
+    func address<T: ~Copyable>(_ value: borrowing T) -> UInt {
+      // Safe: atomics cannot be copied, so the borrow is the field itself; the address is
+      // only compared, never dereferenced.
+      withUnsafePointer(to: value) { UInt(bitPattern: $0) }
+    }
+    return (
+      [address(tail), address(pushed)], [address(consuming), address(taken), address(head)]
+    )
+  }
 
   /// Jobs at most that one consumer takes per acquisition.
   static let takeLimit = 64

@@ -129,8 +129,7 @@ final class WorkerPool: @unchecked Sendable {
     for priority in Priority.allCases {
       (rootQueues + priority.rawValue).initialize(to: .passUnretained(Queue.global(priority)))
     }
-    injection = .allocate(capacity: laneCount)
-    for lane in 0..<laneCount { (injection + lane).initialize(to: InjectionQueue()) }
+    injection = InjectionQueue.allocateLanes(laneCount)
     workerTable = .allocate(capacity: maximumThreads)
     for index in 0..<maximumThreads { (workerTable + index).initialize(to: Atomic(0)) }
     idleWordCount = (maximumThreads + 63) / 64
