@@ -44,7 +44,11 @@ import Testing
     tree.write("kubepods/pod1/cpu.max", "150000 100000\n")
     let budget = CPUBudget.resolve(
       environment: nil, affinityCPUs: 8, cgroupRoot: tree.root, selfCgroup: "0::/kubepods/pod1\n")
-    #expect(budget == CPUBudget(cpus: 2, source: .cgroupV2, affinityCPUs: 8))
+    #expect(
+      budget
+        == CPUBudget(
+          cpus: 2, source: .cgroupV2, affinityCPUs: 8, quotaDirectory: tree.root + "/kubepods/pod1")
+    )
     let capped = CPUBudget.resolve(
       environment: nil, affinityCPUs: 1, cgroupRoot: tree.root, selfCgroup: "0::/kubepods/pod1\n")
     #expect(capped.cpus == 1)
@@ -58,6 +62,7 @@ import Testing
       environment: nil, affinityCPUs: 8, cgroupRoot: tree.root, selfCgroup: "0::/a/b\n")
     #expect(budget.cpus == 1)
     #expect(budget.source == .cgroupV2)
+    #expect(budget.quotaDirectory == tree.root + "/a")
   }
 
   @Test func cgroupV2WithoutAQuotaFallsBackToTheAffinity() {
@@ -73,7 +78,10 @@ import Testing
     tree.write("unified/job/cpu.max", "250000 100000\n")
     let budget = CPUBudget.resolve(
       environment: nil, affinityCPUs: 16, cgroupRoot: tree.root, selfCgroup: "0::/job\n")
-    #expect(budget == CPUBudget(cpus: 3, source: .cgroupV2, affinityCPUs: 16))
+    #expect(
+      budget
+        == CPUBudget(
+          cpus: 3, source: .cgroupV2, affinityCPUs: 16, quotaDirectory: tree.root + "/unified/job"))
   }
 
   @Test func cgroupV1QuotaAndPeriod() {
@@ -83,7 +91,11 @@ import Testing
     let membership = "12:memory:/docker/abc\n4:cpu,cpuacct:/docker/abc\n1:name=systemd:/x\n"
     let budget = CPUBudget.resolve(
       environment: nil, affinityCPUs: 4, cgroupRoot: tree.root, selfCgroup: membership)
-    #expect(budget == CPUBudget(cpus: 1, source: .cgroupV1, affinityCPUs: 4))
+    #expect(
+      budget
+        == CPUBudget(
+          cpus: 1, source: .cgroupV1, affinityCPUs: 4,
+          quotaDirectory: tree.root + "/cpu,cpuacct/docker/abc"))
   }
 
   @Test func cgroupV1UnlimitedQuotaAndAMissingControllerMeanNoQuota() {

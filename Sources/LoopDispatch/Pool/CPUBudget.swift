@@ -28,6 +28,9 @@ struct CPUBudget: Equatable, Sendable {
   let source: Source
   /// The affinity mask's count, for the record.
   let affinityCPUs: Int
+  /// The cgroup directory whose quota set `cpus` (nil unless `source` is a cgroup): its
+  /// `cpu.stat` counts the periods in which the quota throttled the process (`SpinGovernor`).
+  var quotaDirectory: String? = nil
 
   /// The budget of this process.
   static let current = resolve(
@@ -48,16 +51,21 @@ struct CPUBudget: Equatable, Sendable {
       return CPUBudget(cpus: count, source: .environment, affinityCPUs: affinity)
     }
     let membership = selfCgroup ?? readSmallTextFile("/proc/self/cgroup", limit: 4096) ?? ""
-    if let (limit, source) = quota(cgroupRoot: cgroupRoot, membership: membership) {
-      return CPUBudget(cpus: min(affinity, limit), source: source, affinityCPUs: affinity)
+    if let (limit, source, directory) = quota(cgroupRoot: cgroupRoot, membership: membership) {
+      return CPUBudget(
+        cpus: min(affinity, limit), source: source, affinityCPUs: affinity,
+        quotaDirectory: directory)
     }
     return CPUBudget(cpus: affinity, source: .affinity, affinityCPUs: affinity)
   }
 
   /// The tightest CPU quota over the process's cgroup and its ancestors, in whole CPUs
-  /// (rounded up, at least 1), and which hierarchy set it; nil when none is set.
-  private static func quota(cgroupRoot: String, membership: String) -> (Int, Source)? {
-    var tightest: Int?
+  /// (rounded up, at least 1), which hierarchy set it and in which directory; nil when none
+  /// is set.
+  private static func quota(
+    cgroupRoot: String, membership: String
+  ) -> (Int, Source, String)? {
+    var tightest: (limit: Int, directory: String)?
     var source = Source.affinity
     for line in membership.split(separator: "\n") {
       // "<id>:<controllers>:<path>"; the path may itself contain ':'.
@@ -65,7 +73,7 @@ struct CPUBudget: Equatable, Sendable {
       guard fields.count == 3 else { continue }
       let controllers = fields[1].split(separator: ",")
       let path = String(fields[2])
-      var found: Int?
+      var found: (limit: Int, directory: String)?
       if fields[0] == "0" && controllers.isEmpty {
         // v2: the unified hierarchy, mounted at the root (pure v2) or at unified/ (hybrid).
         for mount in [cgroupRoot, cgroupRoot + "/unified"] {
@@ -74,7 +82,9 @@ struct CPUBudget: Equatable, Sendable {
             break
           }
         }
-        if let limit = found, limit < (tightest ?? .max) { (tightest, source) = (limit, .cgroupV2) }
+        if let found, found.limit < (tightest?.limit ?? .max) {
+          (tightest, source) = (found, .cgroupV2)
+        }
       } else if controllers.contains("cpu") {
         let directory = controllers.joined(separator: ",")
         for mount in [cgroupRoot + "/" + directory, cgroupRoot + "/cpu"] {
@@ -83,22 +93,26 @@ struct CPUBudget: Equatable, Sendable {
             break
           }
         }
-        if let limit = found, limit < (tightest ?? .max) { (tightest, source) = (limit, .cgroupV1) }
+        if let found, found.limit < (tightest?.limit ?? .max) {
+          (tightest, source) = (found, .cgroupV1)
+        }
       }
     }
-    return tightest.map { ($0, source) }
+    return tightest.map { ($0.limit, source, $0.directory) }
   }
 
   /// The smallest limit `readLimit` finds in `mount + path` and each ancestor directory up to
-  /// `mount`; nil if none sets one.
+  /// `mount`, and the directory that sets it; nil if none sets one.
   private static func tightestLimit(
     mount: String, path: String, readLimit: (String) -> Int?
-  ) -> Int? {
+  ) -> (limit: Int, directory: String)? {
     var components = path.split(separator: "/").map(String.init)
-    var tightest: Int?
+    var tightest: (limit: Int, directory: String)?
     while true {
       let directory = ([mount] + components).joined(separator: "/")
-      if let limit = readLimit(directory), limit < (tightest ?? .max) { tightest = limit }
+      if let limit = readLimit(directory), limit < (tightest?.limit ?? .max) {
+        tightest = (limit, directory)
+      }
       if components.isEmpty { break }
       components.removeLast()
     }

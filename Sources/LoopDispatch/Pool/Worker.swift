@@ -239,6 +239,12 @@ final class Worker: @unchecked Sendable {
   /// missed does not stay in the slow state where every reply needs a futex wake-up. One
   /// spinner at a time, so idle spinning never takes more than one core, and only right
   /// after a job.
+  ///
+  /// It also yields to a loaded machine (`SpinGovernor`): while other threads wait for a CPU
+  /// (pressure, a spent quota) a spin is at most `WorkerPool.pressuredSpinLimit` checks, and
+  /// a spin that finds itself preempted (a time jump between two clock readings) ends at once
+  /// and makes the next spins short. Each check looks at the injection queues and one
+  /// worker's local queues (`hasQueuedWork(step:)`), so its cost does not grow with the pool.
   private func spinForWork() -> Bool {
     // One strong reference for the spin (as in `main`): reading the unowned(unsafe)
     // property on every pass retained and released the pool each time (13% of a
@@ -251,13 +257,29 @@ final class Worker: @unchecked Sendable {
     countSharedWrite(.spin, 2)  // The increment above and the decrement it defers.
     countPoolEvent(.spin)
     if searchers > pool.maximumSearchers { return false }
-    for _ in 0..<spinBudget {
+    let governor = pool.spinGovernor
+    var lastReading = Deadline.now.uptimeNanoseconds
+    let checks =
+      governor.isPressured(now: lastReading)
+      ? Swift.min(spinBudget, WorkerPool.pressuredSpinLimit) : spinBudget
+    var cursor = index
+    for check in 0..<checks {
       poolProbe(.spin)
-      if pool.hasQueuedWork() {
+      if pool.hasQueuedWork(step: &cursor) {
         spinBudget = Swift.min(pool.spinLimit, spinBudget * 2)
         return true
       }
       spinLoopHint()
+      if check & 15 == 15 {
+        let now = Deadline.now.uptimeNanoseconds
+        if now &- lastReading > SpinGovernor.preemptionGapNanoseconds {
+          // The kernel ran something else here: the spin is not paying.
+          governor.notePreempted(now: now)
+          spinBudget = WorkerPool.spinFloor
+          return false
+        }
+        lastReading = now
+      }
     }
     spinBudget = Swift.max(WorkerPool.spinFloor, spinBudget / 2)
     return false

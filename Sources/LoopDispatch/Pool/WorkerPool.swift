@@ -57,6 +57,10 @@ final class WorkerPool: @unchecked Sendable {
   let spinLimit = 1_000
   /// The fewest checks of a spin (see `Worker.spinForWork`): a few microseconds here.
   static let spinFloor = 128
+  /// The most checks of a spin while the machine is loaded (`SpinGovernor`): under a
+  /// microsecond, enough for a job that is being linked right now, then the core goes to
+  /// whoever waits for it.
+  static let pressuredSpinLimit = 32
   /// How long a parking worker whose re-checks keep finding work it cannot take waits in the
   /// idle set before looking again (`Worker.park`).
   static let untakeableBackOffNanoseconds: UInt64 = 200_000
@@ -116,11 +120,14 @@ final class WorkerPool: @unchecked Sendable {
   let refusedSpawns = Atomic<UInt64>(0)
   /// The CPUs the pool is sized for, and why (`CPUBudget`): `baseThreads` is its count.
   let budget: CPUBudget
+  /// Whether spins pay on this machine now (`SpinGovernor`).
+  let spinGovernor: SpinGovernor
   let supervisor = PoolSupervisor()
 
   private init() {
     budget = CPUBudget.current
     baseThreads = budget.cpus
+    spinGovernor = SpinGovernor.forProcess(budget: budget)
     let maximum = environmentInteger("LOOPDISPATCH_MAX_THREADS") ?? 64
     maximumThreads = Swift.max(maximum, baseThreads)
     totalThreadLimit = Swift.max(255, maximumThreads)
@@ -346,6 +353,23 @@ final class WorkerPool: @unchecked Sendable {
       return true
     }
     return false
+  }
+
+  /// One step of a spinner's look for work: the injection queues, and the local queues of the
+  /// worker at `cursor`, which moves on to the next worker in the table. A step costs the same
+  /// with 2 workers or 64 (the full look, `hasQueuedWork()`, reads every worker's lanes: at 64
+  /// workers, hundreds of lines per spin iteration); a job in a local queue is seen within one
+  /// round of the table. The park re-check still makes the full look (the Dekker pairing of
+  /// `WorkerPool+Parking.swift` needs every queue), so a spin that misses a job costs time,
+  /// never the job.
+  @inline(__always)
+  func hasQueuedWork(step cursor: inout Int) -> Bool {
+    for lane in 0..<laneCount where injection[lane].count > 0 { return true }
+    let count = tableCount.load(ordering: .acquiring)
+    if cursor >= count { cursor = 0 }
+    let found = unmanagedWorker(at: cursor)._withUnsafeGuaranteedRef { $0.hasLocalWork }
+    cursor += 1
+    return found
   }
 
   /// Jobs in the injection and local queues now (a snapshot, for figures and the supervisor).

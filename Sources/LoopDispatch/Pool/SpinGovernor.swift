@@ -1,0 +1,202 @@
+import Glibc
+import Synchronization
+
+/// Whether a worker's spin pays on this machine now, or is CPU taken from someone who needs it.
+///
+/// A spin wins a hand-off when the spinner has a core nobody else wants: the next job arrives
+/// and starts without a futex wake-up. When other threads wait for a CPU (a busy neighbour
+/// process, our own producer, a CPU quota spent), every spinning microsecond is taken from
+/// them, and a spinner the kernel preempts helps nobody. Walk-through:
+/// 1. Signs of a loaded machine, any one of:
+///    (a) CPU pressure: the stall time of the pressure file (PSI `some` `total`, in µs: time in
+///        which at least one runnable task waited for a CPU) grew by more than
+///        `stallShareLimit` of the wall time since the last sample. The file is the process's
+///        cgroup v2 `cpu.pressure` where there is one, else the system's `/proc/pressure/cpu`.
+///        Without PSI (a kernel built without it, or booted with `psi=0`): the runnable count
+///        in `/proc/loadavg` exceeds the CPUs the pool is sized for.
+///    (b) The CPU quota throttled the process: `nr_throttled` in the `cpu.stat` of the cgroup
+///        whose quota sized the pool (`CPUBudget.quotaDirectory`) grew.
+///    (c) A spinner saw a time jump inside its spin (`notePreempted`): the kernel ran
+///        something else on its CPU, so the spin was not paying whatever the files say.
+/// 2. A sign makes the governor pressured for `holdNanoseconds`; spins are then at most
+///    `WorkerPool.pressuredSpinLimit` checks, so a worker out of work parks almost at once
+///    and leaves its core to whoever is waiting for it.
+/// 3. A spinner samples at spin entry, at most once per `sampleIntervalNanoseconds`, and only
+///    the one that takes `sampling`: at most 100 samples a second, each one `pread` per file on
+///    descriptors opened once. Nothing samples while no worker spins (workers spin only right
+///    after a job), so an idle process reads nothing and wakes nothing. The spin path itself
+///    reads a clock (vDSO, no system call) and two atomics.
+///
+/// Memory order: `pressuredUntil` and `nextSample` are hints, loaded and stored relaxed. A stale
+/// value makes one spin too long or too short, never loses work: the pool's wake-up protocol
+/// (`WorkerPool+Parking.swift`) does not depend on how long a spin lasts. The sample state
+/// (`last…` fields, the buffer) belongs to the thread that holds `sampling` (acquiring on
+/// taking it, releasing on giving it back, so the next holder sees the last one's writes).
+final class SpinGovernor: @unchecked Sendable {
+  // @unchecked Sendable: the atomics are atomic; the descriptors are written in init only; the
+  // sample state is touched only by the holder of `sampling` (see above).
+
+  /// How often the files are read, at most (while workers spin).
+  static let sampleIntervalNanoseconds: UInt64 = 10_000_000
+  /// How long one sign keeps spins short.
+  static let holdNanoseconds: UInt64 = 50_000_000
+  /// A gap this long between two clock readings of one spin (16 checks apart, well under a
+  /// microsecond when the spinner runs) means the spinner was not running.
+  static let preemptionGapNanoseconds: UInt64 = 50_000
+  /// Stall growth above this share of the elapsed time is pressure (1 in 5).
+  static let stallShareDivisor: UInt64 = 5
+
+  /// Atomic. Spins are short until this instant (`Deadline` nanoseconds).
+  private let pressuredUntil = Atomic<UInt64>(0)
+  /// Atomic. The earliest instant of the next sample.
+  private let nextSample = Atomic<UInt64>(0)
+  /// Atomic. Held by the sampling thread.
+  private let sampling = Atomic<Bool>(false)
+  /// Atomic, figures: samples taken, and samples or spins that found a sign.
+  let samples = Atomic<UInt64>(0)
+  let signs = Atomic<UInt64>(0)
+
+  private let pressureFD: Int32
+  private let loadFD: Int32
+  private let throttleFD: Int32
+  private let cpus: Int
+  // Sample state: the holder of `sampling` only.
+  private var lastStall: UInt64?
+  private var lastThrottled: UInt64?
+  private var lastSampleAt: UInt64 = 0
+  private let buffer = UnsafeMutablePointer<UInt8>.allocate(capacity: bufferSize)
+  private static let bufferSize = 512
+
+  /// A governor reading the given files (nil or unreadable: that sign is not used).
+  init(pressurePath: String?, loadPath: String?, throttlePath: String?, cpus: Int) {
+    pressureFD = Self.openForReading(pressurePath)
+    loadFD = pressureFD >= 0 ? -1 : Self.openForReading(loadPath)
+    throttleFD = Self.openForReading(throttlePath)
+    self.cpus = Swift.max(1, cpus)
+  }
+
+  deinit {
+    for fd in [pressureFD, loadFD, throttleFD] where fd >= 0 { close(fd) }
+    buffer.deallocate()
+  }
+
+  /// The governor of this process: its cgroup's pressure file (else the system's), and the
+  /// throttling count of the cgroup whose quota sized the pool.
+  static func forProcess(budget: CPUBudget, cgroupRoot: String = "/sys/fs/cgroup") -> SpinGovernor {
+    var pressure = "/proc/pressure/cpu"
+    let membership = readSmallTextFile("/proc/self/cgroup", limit: 4096) ?? ""
+    for line in membership.split(separator: "\n") where line.hasPrefix("0::") {
+      let path = String(line.dropFirst(3))
+      for mount in [cgroupRoot, cgroupRoot + "/unified"] where path != "/" {
+        let candidate = mount + path + "/cpu.pressure"
+        if access(candidate, R_OK) == 0 {
+          pressure = candidate
+          break
+        }
+      }
+    }
+    return SpinGovernor(
+      pressurePath: pressure, loadPath: "/proc/loadavg",
+      throttlePath: budget.quotaDirectory.map { $0 + "/cpu.stat" }, cpus: budget.cpus)
+  }
+
+  /// Whether spins should be short at `now` (`Deadline` nanoseconds); samples the files
+  /// first when a sample is due. Called by a spinner at spin entry.
+  @inline(__always)
+  func isPressured(now: UInt64) -> Bool {
+    #if DEBUG
+      switch Self.testOverride.load(ordering: .relaxed) {
+      case 1: return true
+      case 2: return false
+      default: break
+      }
+    #endif
+    if now >= nextSample.load(ordering: .relaxed) { sampleIfFree(now: now) }
+    return now < pressuredUntil.load(ordering: .relaxed)
+  }
+
+  #if DEBUG
+    /// Debug builds, for tests of the spin: 1 every spin is pressured, 2 none is, 0 the files
+    /// and the clock decide. Atomic (relaxed: a switch).
+    package static let testOverride = Atomic<Int>(0)
+  #endif
+
+  /// A spinner saw a time jump at `now`: it was preempted (sign c).
+  func notePreempted(now: UInt64) {
+    signs.wrappingAdd(1, ordering: .relaxed)
+    pressuredUntil.store(now &+ Self.holdNanoseconds, ordering: .relaxed)
+  }
+
+  /// Reads the files if no other thread is, and marks the governor pressured on a sign.
+  @inline(never)
+  func sampleIfFree(now: UInt64) {
+    guard sampling.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged
+    else { return }
+    defer { sampling.store(false, ordering: .releasing) }
+    // Re-checked under `sampling`: another thread may have sampled since our load.
+    guard now >= nextSample.load(ordering: .relaxed) else { return }
+    nextSample.store(now &+ Self.sampleIntervalNanoseconds, ordering: .relaxed)
+    samples.wrappingAdd(1, ordering: .relaxed)
+    let elapsed = now &- lastSampleAt
+    var sign = false
+    if pressureFD >= 0, let stall = readNumber(pressureFD, after: "total=") {
+      // µs of stall against ns of wall: stall * 1000 * divisor > elapsed.
+      if let last = lastStall, stall > last,
+        (stall - last) &* 1000 &* Self.stallShareDivisor > elapsed
+      {
+        sign = true
+      }
+      lastStall = stall
+    } else if loadFD >= 0, let running = readNumber(loadFD, after: " ", occurrence: 2) {
+      // "0.20 1.04 2.33 2/94 24242": the fourth field's first number counts runnable tasks,
+      // this sampler among them.
+      if running > UInt64(cpus) { sign = true }
+    }
+    if throttleFD >= 0, let throttled = readNumber(throttleFD, after: "nr_throttled ") {
+      if let last = lastThrottled, throttled > last { sign = true }
+      lastThrottled = throttled
+    }
+    lastSampleAt = now
+    if sign {
+      signs.wrappingAdd(1, ordering: .relaxed)
+      pressuredUntil.store(now &+ Self.holdNanoseconds, ordering: .relaxed)
+    }
+  }
+
+  /// The decimal number right after occurrence `occurrence` (0: the first) of `marker` in
+  /// the file, read from its start; nil when the file, the marker or the digits are missing.
+  private func readNumber(_ fd: Int32, after marker: StaticString, occurrence: Int = 0)
+    -> UInt64?
+  {
+    // Safe: `buffer` holds `bufferSize` bytes and belongs to the holder of `sampling`.
+    let count = pread(fd, buffer, Self.bufferSize, 0)
+    guard count > 0 else { return nil }
+    let bytes = UnsafeBufferPointer(start: buffer, count: count)
+    let needle = UnsafeBufferPointer(start: marker.utf8Start, count: marker.utf8CodeUnitCount)
+    var position = 0
+    var found = 0
+    while true {
+      guard position + needle.count <= bytes.count else { return nil }
+      if bytes[position..<position + needle.count].elementsEqual(needle) {
+        position += needle.count
+        if found == occurrence { break }
+        found += 1
+      } else {
+        position += 1
+      }
+    }
+    var value: UInt64 = 0
+    var digits = 0
+    while position < bytes.count, bytes[position] >= 48, bytes[position] <= 57 {
+      value = value &* 10 &+ UInt64(bytes[position] - 48)
+      position += 1
+      digits += 1
+    }
+    return digits > 0 ? value : nil
+  }
+
+  private static func openForReading(_ path: String?) -> Int32 {
+    guard let path else { return -1 }
+    return open(path, O_RDONLY | O_CLOEXEC)
+  }
+}

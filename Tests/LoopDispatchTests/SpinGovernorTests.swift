@@ -1,0 +1,192 @@
+import Glibc
+import MainLoop
+import Synchronization
+import Testing
+
+@testable import LoopDispatch
+
+/// `SpinGovernor` against made-up pressure, load and throttling files at chosen instants, and
+/// the spin it governs on the shared pool.
+@Suite(.serialized) struct SpinGovernorTests {
+  /// A temporary file whose contents the test rewrites between samples.
+  final class Scratch {
+    let path: String
+
+    init() {
+      var template = Array("/tmp/ld-governor.XXXXXX".utf8CString)
+      let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
+      precondition(fd >= 0, "mkstemp failed")
+      close(fd)
+      path = template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+    }
+
+    /// Replaces the contents in place (the governor keeps its descriptor open).
+    func set(_ text: String) {
+      let fd = open(path, O_WRONLY | O_TRUNC)
+      precondition(fd >= 0, "cannot write \(path)")
+      _ = text.withCString { write(fd, $0, strlen($0)) }
+      close(fd)
+    }
+
+    deinit { unlink(path) }
+  }
+
+  static let millisecond: UInt64 = 1_000_000
+  static let start: UInt64 = 1_000 * millisecond
+
+  static func pressure(stall: UInt64) -> String {
+    "some avg10=0.00 avg60=0.00 avg300=0.00 total=\(stall)\nfull avg10=0.00 avg60=0.00 "
+      + "avg300=0.00 total=0\n"
+  }
+
+  @Test func stallAboveAFifthOfTheTimeIsPressureAndLastsTheHold() {
+    let file = Scratch()
+    file.set(Self.pressure(stall: 1_000))
+    let governor = SpinGovernor(pressurePath: file.path, loadPath: nil, throttlePath: nil, cpus: 2)
+    #expect(!governor.isPressured(now: Self.start))  // First sample: nothing to compare.
+    // 5 ms of stall in 10 ms: a half.
+    file.set(Self.pressure(stall: 6_000))
+    #expect(governor.isPressured(now: Self.start + 10 * Self.millisecond))
+    // No more stall: still pressured within the hold (50 ms from the sign), not after it.
+    #expect(governor.isPressured(now: Self.start + 40 * Self.millisecond))
+    #expect(!governor.isPressured(now: Self.start + 61 * Self.millisecond))
+    #expect(governor.signs.load(ordering: .relaxed) == 1)
+  }
+
+  @Test func littleStallIsNotPressure() {
+    let file = Scratch()
+    file.set(Self.pressure(stall: 0))
+    let governor = SpinGovernor(pressurePath: file.path, loadPath: nil, throttlePath: nil, cpus: 2)
+    #expect(!governor.isPressured(now: Self.start))
+    // 1.5 ms of stall in 10 ms: under a fifth.
+    file.set(Self.pressure(stall: 1_500))
+    #expect(!governor.isPressured(now: Self.start + 10 * Self.millisecond))
+    #expect(governor.samples.load(ordering: .relaxed) == 2)
+  }
+
+  @Test func samplesComeAtMostOncePerInterval() {
+    let file = Scratch()
+    file.set(Self.pressure(stall: 0))
+    let governor = SpinGovernor(pressurePath: file.path, loadPath: nil, throttlePath: nil, cpus: 2)
+    for step in 0..<100 { _ = governor.isPressured(now: Self.start + UInt64(step) * 100_000) }
+    // 100 calls over 10 ms: the first samples, the next due at start + 10 ms is not reached.
+    #expect(governor.samples.load(ordering: .relaxed) == 1)
+    _ = governor.isPressured(now: Self.start + 10 * Self.millisecond)
+    #expect(governor.samples.load(ordering: .relaxed) == 2)
+  }
+
+  @Test func aThrottledQuotaIsPressure() {
+    let stat = Scratch()
+    stat.set("nr_periods 10\nnr_throttled 3\nthrottled_time 500\n")
+    let governor = SpinGovernor(pressurePath: nil, loadPath: nil, throttlePath: stat.path, cpus: 1)
+    #expect(!governor.isPressured(now: Self.start))
+    stat.set("nr_periods 12\nnr_throttled 3\nthrottled_time 500\n")
+    #expect(!governor.isPressured(now: Self.start + 10 * Self.millisecond))
+    stat.set("nr_periods 14\nnr_throttled 4\nthrottled_time 900\n")
+    #expect(governor.isPressured(now: Self.start + 20 * Self.millisecond))
+  }
+
+  @Test func withoutPressureFilesMoreRunnableTasksThanCPUsIsPressure() {
+    let load = Scratch()
+    load.set("0.20 1.04 2.33 2/94 24242\n")
+    let governor = SpinGovernor(
+      pressurePath: "/nonexistent/cpu.pressure", loadPath: load.path, throttlePath: nil, cpus: 2)
+    #expect(!governor.isPressured(now: Self.start))
+    load.set("3.10 1.50 2.33 5/97 24250\n")
+    #expect(governor.isPressured(now: Self.start + 10 * Self.millisecond))
+  }
+
+  @Test func aPreemptedSpinIsPressureForTheHold() {
+    let governor = SpinGovernor(pressurePath: nil, loadPath: nil, throttlePath: nil, cpus: 2)
+    #expect(!governor.isPressured(now: Self.start))
+    governor.notePreempted(now: Self.start + Self.millisecond)
+    #expect(governor.isPressured(now: Self.start + 2 * Self.millisecond))
+    #expect(!governor.isPressured(now: Self.start + 52 * Self.millisecond))
+  }
+
+  @Test func theProcessGovernorReadsThisMachinesFiles() {
+    // Whatever the load, a sample of the real files completes and is counted.
+    let governor = SpinGovernor.forProcess(budget: WorkerPool.shared.budget)
+    _ = governor.isPressured(now: Deadline.now.uptimeNanoseconds)
+    #expect(governor.samples.load(ordering: .relaxed) == 1)
+  }
+
+  /// The longest spin (checks between two parks or takes, per thread) over `rounds` single
+  /// jobs on the shared pool, each followed by a park (the worker that ran it spins, finds
+  /// nothing and parks, unless other work arrives). `perturb` runs at every check.
+  static func longestSpin(rounds: Int, perturb: (@Sendable () -> Void)? = nil) -> Int {
+    let longest = Atomic<Int>(0)
+    let current = LockedCounts()
+    let parked = Semaphore(value: 0)
+    PoolProbe.setHook(for: [.spin, .park, .take]) { step in
+      let tid = Int(Syscall.currentThreadID)
+      guard step == .spin else {
+        current.reset(tid)
+        if step == .park { parked.signal() }
+        return
+      }
+      let checks = current.increment(tid)
+      while true {
+        let seen = longest.load(ordering: .relaxed)
+        if checks <= seen
+          || longest.compareExchange(expected: seen, desired: checks, ordering: .relaxed)
+            .exchanged
+        {
+          break
+        }
+      }
+      perturb?()
+    }
+    defer { PoolProbe.setHook(for: [], nil) }
+    for _ in 0..<rounds {
+      let done = Semaphore(value: 0)
+      Queue.global().async { done.signal() }
+      done.wait()
+      // A park, so some spin ran to its end (a park of another worker, or an earlier one,
+      // may stand in for it: the longest spin over all rounds is what is asserted).
+      parked.wait()
+    }
+    return longest.load(ordering: .relaxed)
+  }
+
+  @Test func aPressuredMachineGetsShortSpins() {
+    SpinGovernor.testOverride.store(1, ordering: .relaxed)
+    defer { SpinGovernor.testOverride.store(0, ordering: .relaxed) }
+    let longest = Self.longestSpin(rounds: 40)
+    #expect(longest > 0)
+    #expect(longest <= WorkerPool.pressuredSpinLimit)
+  }
+
+  @Test func aCalmMachineSpinsLonger() {
+    SpinGovernor.testOverride.store(2, ordering: .relaxed)
+    defer { SpinGovernor.testOverride.store(0, ordering: .relaxed) }
+    // A spin ends early only when it finds work or is preempted; over 40 rounds one at least
+    // runs past the pressured limit.
+    #expect(Self.longestSpin(rounds: 40) > WorkerPool.pressuredSpinLimit)
+  }
+
+  @Test func aSpinThatLosesItsCPUEndsAndMakesTheNextSpinsShort() {
+    SpinGovernor.testOverride.store(0, ordering: .relaxed)
+    let governor = WorkerPool.shared.spinGovernor
+    let before = governor.signs.load(ordering: .relaxed)
+    // Every check sleeps 100 µs, as if the kernel ran something else: the first clock
+    // reading (after 16 checks) sees the jump and ends the spin.
+    let longest = Self.longestSpin(rounds: 10) { usleep(100) }
+    #expect(longest <= 16)
+    #expect(governor.signs.load(ordering: .relaxed) > before)
+  }
+}
+
+/// Per-thread counters for the spin hook (called on pool threads).
+final class LockedCounts: Sendable {
+  private let counts = LockedValue<[Int: Int]>([:])
+
+  func increment(_ key: Int) -> Int {
+    counts.withLock { table in
+      table[key, default: 0] += 1
+      return table[key]!
+    }
+  }
+
+  func reset(_ key: Int) { counts.withLock { $0[key] = 0 } }
+}
