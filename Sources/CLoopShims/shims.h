@@ -92,6 +92,11 @@ static inline int cls_get_thread_name(char *buf) {
   return prctl(PR_GET_NAME, (unsigned long)buf, 0, 0, 0);
 }
 
+/// The CPU the calling thread runs on (glibc reads it from the thread's rseq area where the
+/// kernel supports rseq, else the vDSO's getcpu: no system call either way), or -1.
+int sched_getcpu(void);
+static inline int cls_current_cpu(void) { return sched_getcpu(); }
+
 /// CPUs this process may run on (the sched_getaffinity mask), at least 1.
 static inline int cls_available_cpus(void) {
   unsigned long mask[16] = {0};  // Up to 1024 CPUs.

@@ -5,8 +5,8 @@ import Synchronization
 /// queue in `QueueRegistry`; a queue that never ran anything has none (and is not listed).
 ///
 /// Who writes what:
-/// - `submitted`: every submitter, with a relaxed atomic add (the submission's own CAS or
-///   lock already touches the queue, so this adds one locked instruction).
+/// - `submitted`: every submitter, with a relaxed atomic add on its CPU's stripe
+///   (`StripedCounter`), so submitters on different CPUs do not share the count's line.
 /// - `syncSubmitted` of a serial queue: only the thread holding SYNC_LOCKED (a `sync` that
 ///   runs inline), with a plain relaxed load-then-store, so the fast `sync` path costs no
 ///   locked instruction for its counts; the queue's figure adds it to `submitted`.
@@ -32,14 +32,15 @@ final class QueueCounters: Sendable {
   let rootPriority: Priority?
   /// For a global queue, whether it is an overcommit one (its lane is an overcommit lane).
   let rootOvercommit: Bool
-  /// Items submitted by enqueueing (every kind of queue).
-  let submitted = Atomic<UInt64>(0)
+  /// Items submitted by enqueueing (every kind of queue), striped by CPU.
+  let submitted = StripedCounter(cpus: CPUBudget.current.affinityCPUs)
   /// Serial queues: `sync` calls that ran inline on an idle queue (SYNC_LOCKED). Only the
   /// holder writes it, so the fast `sync` path adds no locked instruction; the queue's
   /// submission figure is `submitted + syncSubmitted`.
   let syncSubmitted = Atomic<UInt64>(0)
   /// Keeps the figures below, which the threads running the queue's items write, off the
-  /// cache line of `submitted`, which the submitting threads write: without it every item
+  /// cache line of `submitted` (the stripes' address, which every submitter reads; the
+  /// stripes themselves are out of line), and of `syncSubmitted`: without it every item
   /// moved that line between the submitter's core and the worker's (a concurrent queue fed
   /// by one thread, or producers feeding a serial queue). 56 bytes: with `syncSubmitted`,
   /// at least one whole line apart whatever the object's alignment.
@@ -79,7 +80,7 @@ final class QueueCounters: Sendable {
     // it include every item it counts, so depth can only overstate, never go negative.
     let completed = completed.load(ordering: .acquiring)
     let submitted =
-      submitted.load(ordering: .relaxed) &+ syncSubmitted.load(ordering: .relaxed)
+      submitted.value &+ syncSubmitted.load(ordering: .relaxed)
     return QueueFigures(
       label: label, kind: kind, queues: 1, submitted: submitted, completed: completed,
       maxWaitTicks: maxWaitTicks.load(ordering: .relaxed),
@@ -116,7 +117,7 @@ extension Queue {
   /// Counts one submission.
   @inline(__always)
   func countSubmission() {
-    withCounters { $0.submitted.wrappingAdd(1, ordering: .relaxed) }
+    withCounters { $0.submitted.increment() }
   }
 
   /// Records an item's start; the calling thread holds this serial queue exclusively.
