@@ -1152,6 +1152,29 @@ static struct result bench_io_writes(long mib) {
 }
 #endif
 
+// ---- apply: dispatch_apply_f from the main thread ---------------------------------------------
+
+static _Atomic long apply_sum;
+
+/// One iteration: a little arithmetic on its index, summed once per 1000 so the iterations
+/// themselves (not a shared counter) are what is measured.
+static void apply_item(void *context, size_t index) {
+  (void)context;
+  if (index % 1000 == 999) atomic_fetch_add_explicit(&apply_sum, 1, memory_order_relaxed);
+}
+
+static struct result bench_apply(long iterations) {
+  dispatch_queue_t queue = dispatch_get_global_queue(DISPATCH_QUEUE_PRIORITY_DEFAULT, 0);
+  atomic_store(&apply_sum, 0);
+  struct stamp start = stamp_now();
+  // 100 calls of 10k iterations: each call fans out over the pool and joins.
+  for (long call = 0; call < iterations / 10000; call++)
+    dispatch_apply_f(10000, queue, NULL, apply_item);
+  struct stamp end = stamp_now();
+  check_count("apply", atomic_load(&apply_sum), iterations / 1000);
+  return result_between(start, end, iterations);
+}
+
 // ---- Driver ------------------------------------------------------------------------------------
 
 struct row {
@@ -1184,6 +1207,8 @@ static const struct row rows[] = {
     {"after_dense", 100000, bench_after_dense,
      "100k dispatch_after_f over 200 ms, shuffled: p99 lateness in ns (wall column), CPU and "
      "allocs per timer"},
+    {"apply", 1000000, bench_apply,
+     "100 dispatch_apply_f of 10k iterations from the main thread (ns/iteration)"},
     {"sync_readers", 1000000, bench_sync_readers,
      "128 pthreads x 7812 dispatch_sync_f onto one concurrent queue, every 100th a "
      "dispatch_barrier_sync_f (ns/call)"},
