@@ -74,25 +74,32 @@ public final class Queue: @unchecked Sendable {
 
   // MARK: Serial state (see Queue+Serial.swift for the protocol)
 
-  /// Keeps the words every producer and drainer write (`state`, `incoming`, the backlog)
-  /// off the line of the fields every submission reads and nobody writes after creation
-  /// (`kind`, `label`, the target): without it, four threads feeding one serial queue missed
-  /// the cache on `kind` after each other's exchange on `incoming` (perf: a sixth of the
-  /// submission's samples on that load). 128 bytes, so the fields before and after are on
-  /// other 64-byte lines and other 128-byte pairs (x86's adjacent-line prefetcher) whatever
-  /// the object's alignment. Never read.
-  private let hotLinePadBefore = CacheLinePad()
+  /// Keeps the serial state off the line of the fields every submission reads and nobody
+  /// writes after creation (`kind`, `label`, the target), and the words below on lines of
+  /// their own, by who writes them:
+  /// - `state`: read by every submission (`wakeUp`) and by the drainer before each item
+  ///   (the suspension check), written only when the queue is scheduled, released,
+  ///   suspended or locked by `sync` (not per item while a drain runs);
+  /// - `incoming`: exchanged by every submission and by the drainer taking the list;
+  /// - `backlogHead` and `backlogTail`: written per item by the drainer alone.
+  /// With all of them on one line, four threads feeding one serial queue made the drainer
+  /// miss the cache on `state` and on the backlog after every producer's exchange (perf: a
+  /// third of the drain's samples on those two), and each producer miss on `kind`. Each pad
+  /// is 128 bytes (`CacheLinePad`). Never read.
+  private let serialPadKind = CacheLinePad()
   /// Atomic state word; bit table in `Queue+Serial.swift`.
   let state = Atomic<UInt64>(0)
+  private let serialPadState = CacheLinePad()
   /// Atomic. Submitted items not yet taken by a drainer (a Treiber stack, newest first).
   let incoming = Atomic<JobNodePointer?>(nil)
+  private let serialPadIncoming = CacheLinePad()
   /// Items taken from `incoming`, oldest first. Written only by the thread holding SCHEDULED;
   /// read (for emptiness) by anyone, hence atomic.
   let backlogHead = Atomic<JobNodePointer?>(nil)
   /// Only touched by the thread holding SCHEDULED.
   var backlogTail: JobNodePointer?
-  /// The other side of the written words (see `hotLinePadBefore`). Never read.
-  private let hotLinePadAfter = CacheLinePad()
+  /// The other side of the backlog (see `serialPadKind`). Never read.
+  private let serialPadBacklog = CacheLinePad()
 
   /// The next queue up the target chain whose SYNC_LOCKED was taken together with this
   /// queue's (nil: none), so the holder releases exactly what it locked even if `setTarget`
