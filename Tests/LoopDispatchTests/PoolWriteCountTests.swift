@@ -231,6 +231,11 @@ import Testing
     expect(counts[.submitBatch] == 0, "submitBatch wrote \(counts[.submitBatch])")
     // Exact, per event.
     expect(counts[SharedWritePath.spin] == 2 * counts[PoolEvent.spin], "spin writes ≠ 2 per spin")
+    // The governor writes only at a spin's entry (a sample: claim, release, next instant,
+    // count, and a sign's two) or at its preemption (two): at most 8 per spin.
+    expect(
+      counts[.spinGovernor] <= 8 * counts[PoolEvent.spin],
+      "spinGovernor \(counts[.spinGovernor]) > 8 per spin (\(counts[PoolEvent.spin]))")
     expect(
       counts[SharedWritePath.park] >= 2 * counts[PoolEvent.park]
         && counts[SharedWritePath.park] <= 3 * counts[PoolEvent.park],

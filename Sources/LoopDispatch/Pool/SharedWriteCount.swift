@@ -45,6 +45,9 @@ package enum SharedWritePath: Int, CaseIterable, Sendable {
   case rescue
   /// The shared free-node stack (`NodeCache`): a chain handed over or taken whole.
   case nodeCache
+  /// The spin governor (`SpinGovernor`): a sample's claim, its next instant, its count and
+  /// release (4, at most one sample per 10 ms), a sign's `pressuredUntil` and count (2).
+  case spinGovernor
 }
 
 /// Events that the counts are judged against (not writes).

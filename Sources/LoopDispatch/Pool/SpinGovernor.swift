@@ -123,6 +123,7 @@ final class SpinGovernor: @unchecked Sendable {
 
   /// A spinner saw a time jump at `now`: it was preempted (sign c).
   func notePreempted(now: UInt64) {
+    countSharedWrite(.spinGovernor, 2)
     signs.wrappingAdd(1, ordering: .relaxed)
     pressuredUntil.store(now &+ Self.holdNanoseconds, ordering: .relaxed)
   }
@@ -130,13 +131,16 @@ final class SpinGovernor: @unchecked Sendable {
   /// Reads the files if no other thread is, and marks the governor pressured on a sign.
   @inline(never)
   func sampleIfFree(now: UInt64) {
+    countSharedWrite(.spinGovernor)  // The claim, taken or not.
     guard sampling.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged
     else { return }
+    countSharedWrite(.spinGovernor)  // Its release (deferred).
     defer { sampling.store(false, ordering: .releasing) }
     // Re-checked under `sampling`: another thread may have sampled since our load.
     guard now >= nextSample.load(ordering: .relaxed) else { return }
     nextSample.store(now &+ Self.sampleIntervalNanoseconds, ordering: .relaxed)
     samples.wrappingAdd(1, ordering: .relaxed)
+    countSharedWrite(.spinGovernor, 2)
     let elapsed = now &- lastSampleAt
     var sign = false
     if pressureFD >= 0, let stall = readNumber(pressureFD, after: "total=") {
@@ -158,6 +162,7 @@ final class SpinGovernor: @unchecked Sendable {
     }
     lastSampleAt = now
     if sign {
+      countSharedWrite(.spinGovernor, 2)
       signs.wrappingAdd(1, ordering: .relaxed)
       pressuredUntil.store(now &+ Self.holdNanoseconds, ordering: .relaxed)
     }
