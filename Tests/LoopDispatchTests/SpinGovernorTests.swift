@@ -111,82 +111,88 @@ import Testing
     #expect(governor.samples.load(ordering: .relaxed) == 1)
   }
 
-  /// The longest spin (checks between two parks or takes, per thread) over `rounds` single
-  /// jobs on the shared pool, each followed by a park (the worker that ran it spins, finds
-  /// nothing and parks, unless other work arrives). `perturb` runs at every check.
-  static func longestSpin(rounds: Int, perturb: (@Sendable () -> Void)? = nil) -> Int {
-    let longest = Atomic<Int>(0)
-    let current = LockedCounts()
-    let parked = Semaphore(value: 0)
-    PoolProbe.setHook(for: [.spin, .park, .take]) { step in
-      let tid = Int(Syscall.currentThreadID)
-      guard step == .spin else {
-        current.reset(tid)
-        if step == .park { parked.signal() }
-        return
-      }
-      let checks = current.increment(tid)
-      while true {
-        let seen = longest.load(ordering: .relaxed)
-        if checks <= seen
-          || longest.compareExchange(expected: seen, desired: checks, ordering: .relaxed)
-            .exchanged
-        {
-          break
+  #if DEBUG
+    // Debug builds only: the spin's checks are seen through `PoolProbe`, and the pressure is
+    // forced with `SpinGovernor.testOverride`, both debug-only.
+    /// The longest spin (checks between two parks or takes, per thread) over `rounds` single
+    /// jobs on the shared pool, each followed by a park (the worker that ran it spins, finds
+    /// nothing and parks, unless other work arrives). `perturb` runs at every check.
+    static func longestSpin(rounds: Int, perturb: (@Sendable () -> Void)? = nil) -> Int {
+      let longest = Atomic<Int>(0)
+      let current = LockedCounts()
+      let parked = Semaphore(value: 0)
+      PoolProbe.setHook(for: [.spin, .park, .take]) { step in
+        let tid = Int(Syscall.currentThreadID)
+        guard step == .spin else {
+          current.reset(tid)
+          if step == .park { parked.signal() }
+          return
         }
+        let checks = current.increment(tid)
+        while true {
+          let seen = longest.load(ordering: .relaxed)
+          if checks <= seen
+            || longest.compareExchange(expected: seen, desired: checks, ordering: .relaxed)
+              .exchanged
+          {
+            break
+          }
+        }
+        perturb?()
       }
-      perturb?()
+      defer { PoolProbe.setHook(for: [], nil) }
+      for _ in 0..<rounds {
+        let done = Semaphore(value: 0)
+        Queue.global().async { done.signal() }
+        done.wait()
+        // A park, so some spin ran to its end (a park of another worker, or an earlier one,
+        // may stand in for it: the longest spin over all rounds is what is asserted).
+        parked.wait()
+      }
+      return longest.load(ordering: .relaxed)
     }
-    defer { PoolProbe.setHook(for: [], nil) }
-    for _ in 0..<rounds {
-      let done = Semaphore(value: 0)
-      Queue.global().async { done.signal() }
-      done.wait()
-      // A park, so some spin ran to its end (a park of another worker, or an earlier one,
-      // may stand in for it: the longest spin over all rounds is what is asserted).
-      parked.wait()
+
+    @Test func aPressuredMachineGetsShortSpins() {
+      SpinGovernor.testOverride.store(1, ordering: .relaxed)
+      defer { SpinGovernor.testOverride.store(0, ordering: .relaxed) }
+      let longest = Self.longestSpin(rounds: 40)
+      #expect(longest > 0)
+      #expect(longest <= WorkerPool.pressuredSpinLimit)
     }
-    return longest.load(ordering: .relaxed)
-  }
 
-  @Test func aPressuredMachineGetsShortSpins() {
-    SpinGovernor.testOverride.store(1, ordering: .relaxed)
-    defer { SpinGovernor.testOverride.store(0, ordering: .relaxed) }
-    let longest = Self.longestSpin(rounds: 40)
-    #expect(longest > 0)
-    #expect(longest <= WorkerPool.pressuredSpinLimit)
-  }
+    @Test func aCalmMachineSpinsLonger() {
+      SpinGovernor.testOverride.store(2, ordering: .relaxed)
+      defer { SpinGovernor.testOverride.store(0, ordering: .relaxed) }
+      // A spin ends early only when it finds work or is preempted; over 40 rounds one at least
+      // runs past the pressured limit.
+      #expect(Self.longestSpin(rounds: 40) > WorkerPool.pressuredSpinLimit)
+    }
 
-  @Test func aCalmMachineSpinsLonger() {
-    SpinGovernor.testOverride.store(2, ordering: .relaxed)
-    defer { SpinGovernor.testOverride.store(0, ordering: .relaxed) }
-    // A spin ends early only when it finds work or is preempted; over 40 rounds one at least
-    // runs past the pressured limit.
-    #expect(Self.longestSpin(rounds: 40) > WorkerPool.pressuredSpinLimit)
-  }
-
-  @Test func aSpinThatLosesItsCPUEndsAndMakesTheNextSpinsShort() {
-    SpinGovernor.testOverride.store(0, ordering: .relaxed)
-    let governor = WorkerPool.shared.spinGovernor
-    let before = governor.signs.load(ordering: .relaxed)
-    // Every check sleeps 100 µs, as if the kernel ran something else: the first clock
-    // reading (after 16 checks) sees the jump and ends the spin.
-    let longest = Self.longestSpin(rounds: 10) { usleep(100) }
-    #expect(longest <= 16)
-    #expect(governor.signs.load(ordering: .relaxed) > before)
-  }
+    @Test func aSpinThatLosesItsCPUEndsAndMakesTheNextSpinsShort() {
+      SpinGovernor.testOverride.store(0, ordering: .relaxed)
+      let governor = WorkerPool.shared.spinGovernor
+      let before = governor.signs.load(ordering: .relaxed)
+      // Every check sleeps 100 µs, as if the kernel ran something else: the first clock
+      // reading (after 16 checks) sees the jump and ends the spin.
+      let longest = Self.longestSpin(rounds: 10) { usleep(100) }
+      #expect(longest <= 16)
+      #expect(governor.signs.load(ordering: .relaxed) > before)
+    }
+  #endif
 }
 
-/// Per-thread counters for the spin hook (called on pool threads).
-final class LockedCounts: Sendable {
-  private let counts = LockedValue<[Int: Int]>([:])
+#if DEBUG
+  /// Per-thread counters for the spin hook (called on pool threads).
+  final class LockedCounts: Sendable {
+    private let counts = LockedValue<[Int: Int]>([:])
 
-  func increment(_ key: Int) -> Int {
-    counts.withLock { table in
-      table[key, default: 0] += 1
-      return table[key]!
+    func increment(_ key: Int) -> Int {
+      counts.withLock { table in
+        table[key, default: 0] += 1
+        return table[key]!
+      }
     }
-  }
 
-  func reset(_ key: Int) { counts.withLock { $0[key] = 0 } }
-}
+    func reset(_ key: Int) { counts.withLock { $0[key] = 0 } }
+  }
+#endif
