@@ -114,31 +114,23 @@ import Testing
   #if DEBUG
     // Debug builds only: the spin's checks are seen through `PoolProbe`, and the pressure is
     // forced with `SpinGovernor.testOverride`, both debug-only.
-    /// The longest spin (checks between two parks or takes, per thread) over `rounds` single
-    /// jobs on the shared pool, each followed by a park (the worker that ran it spins, finds
-    /// nothing and parks, unless other work arrives). `perturb` runs at every check.
-    static func longestSpin(rounds: Int, perturb: (@Sendable () -> Void)? = nil) -> Int {
-      let longest = Atomic<Int>(0)
-      let current = LockedCounts()
+    /// The spins (checks between two parks or takes, per thread) over `rounds` single jobs
+    /// on the shared pool, each followed by a park (the worker that ran it spins, finds
+    /// nothing and parks, unless other work arrives), in the order they ended. `perturb`
+    /// runs at every check, with the check's number in its spin.
+    static func spins(rounds: Int, perturb: (@Sendable (Int) -> Void)? = nil) -> [Int] {
+      let counts = LockedCounts()
       let parked = Semaphore(value: 0)
       PoolProbe.setHook(for: [.spin, .park, .take]) { step in
         let tid = Int(Syscall.currentThreadID)
         guard step == .spin else {
-          current.reset(tid)
+          counts.finish(tid)
           if step == .park { parked.signal() }
           return
         }
-        let checks = current.increment(tid)
-        while true {
-          let seen = longest.load(ordering: .relaxed)
-          if checks <= seen
-            || longest.compareExchange(expected: seen, desired: checks, ordering: .relaxed)
-              .exchanged
-          {
-            break
-          }
-        }
-        perturb?()
+        // Counted first: `perturb?(…)` would not evaluate its argument when nil.
+        let checks = counts.increment(tid)
+        perturb?(checks)
       }
       defer { PoolProbe.setHook(for: [], nil) }
       for _ in 0..<rounds {
@@ -146,18 +138,18 @@ import Testing
         Queue.global().async { done.signal() }
         done.wait()
         // A park, so some spin ran to its end (a park of another worker, or an earlier one,
-        // may stand in for it: the longest spin over all rounds is what is asserted).
+        // may stand in for it).
         parked.wait()
       }
-      return longest.load(ordering: .relaxed)
+      return counts.finished
     }
 
     @Test func aPressuredMachineGetsShortSpins() {
       SpinGovernor.testOverride.store(1, ordering: .relaxed)
       defer { SpinGovernor.testOverride.store(0, ordering: .relaxed) }
-      let longest = Self.longestSpin(rounds: 40)
-      #expect(longest > 0)
-      #expect(longest <= WorkerPool.pressuredSpinLimit)
+      let spins = Self.spins(rounds: 40)
+      #expect(!spins.isEmpty)
+      #expect(spins.allSatisfy { $0 <= WorkerPool.pressuredSpinLimit })
     }
 
     @Test func aCalmMachineSpinsLonger() {
@@ -165,26 +157,36 @@ import Testing
       defer { SpinGovernor.testOverride.store(0, ordering: .relaxed) }
       // A spin ends early only when it finds work or is preempted; over 40 rounds one at least
       // runs past the pressured limit.
-      #expect(Self.longestSpin(rounds: 40) > WorkerPool.pressuredSpinLimit)
+      #expect(Self.spins(rounds: 40).contains { $0 > WorkerPool.pressuredSpinLimit })
     }
 
-    @Test func aSpinThatLosesItsCPUEndsAndMakesTheNextSpinsShort() {
-      SpinGovernor.testOverride.store(0, ordering: .relaxed)
+    @Test func aSpinThatLosesItsCPUEndsAndCountsASign() {
+      // Calm (the override), so that only the time jump can cut a spin: a sign would
+      // otherwise make every later spin short by itself.
+      SpinGovernor.testOverride.store(2, ordering: .relaxed)
+      defer { SpinGovernor.testOverride.store(0, ordering: .relaxed) }
       let governor = WorkerPool.shared.spinGovernor
       let before = governor.signs.load(ordering: .relaxed)
-      // Every check sleeps 100 µs, as if the kernel ran something else: the first clock
-      // reading (after 16 checks) sees the jump and ends the spin.
-      let longest = Self.longestSpin(rounds: 10) { usleep(100) }
-      #expect(longest <= 16)
+      // The 20th check sleeps 5 ms, as if the kernel ran something else: the clock
+      // reading after check 32 sees the jump (against the pace of the first 16) and ends
+      // the spin there. (A spin whose own first 16 checks were preempted for longer has a
+      // slow pace and may miss it: most spins, not all, are asserted.)
+      let spins = Self.spins(rounds: 20) { check in if check == 20 { usleep(5_000) } }
+      let reachedTheSleep = spins.filter { $0 >= 20 }
+      let cut = reachedTheSleep.filter { $0 <= 32 }
+      #expect(!reachedTheSleep.isEmpty)
+      #expect(cut.count * 2 > reachedTheSleep.count)
       #expect(governor.signs.load(ordering: .relaxed) > before)
     }
   #endif
 }
 
 #if DEBUG
-  /// Per-thread counters for the spin hook (called on pool threads).
+  /// Per-thread check counts for the spin hook (called on pool threads), and the lengths of
+  /// the spins that ended.
   final class LockedCounts: Sendable {
     private let counts = LockedValue<[Int: Int]>([:])
+    private let ended = LockedValue<[Int]>([])
 
     func increment(_ key: Int) -> Int {
       counts.withLock { table in
@@ -193,6 +195,16 @@ import Testing
       }
     }
 
-    func reset(_ key: Int) { counts.withLock { $0[key] = 0 } }
+    /// Ends the thread's current spin (if it had checks), recording its length.
+    func finish(_ key: Int) {
+      ended.withLock { list in
+        if let checks = counts.withLock({ $0.removeValue(forKey: key) }), checks > 0 {
+          list.append(checks)
+        }
+      }
+    }
+
+    /// The lengths of the spins that ended, in order.
+    var finished: [Int] { ended.withLock { $0 } }
   }
 #endif
