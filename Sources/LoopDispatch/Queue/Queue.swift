@@ -80,7 +80,8 @@ public final class Queue: @unchecked Sendable {
   /// - `state`: read by every submission (`wakeUp`) and by the drainer before each item
   ///   (the suspension check), written only when the queue is scheduled, released,
   ///   suspended or locked by `sync` (not per item while a drain runs);
-  /// - `incoming`: exchanged by every submission and by the drainer taking the list;
+  /// - `incoming`: exchanged by every submission and by the drainer taking the list (with
+  ///   `concurrentWord`, a concurrent queue's equivalent);
   /// - `backlogHead` and `backlogTail`: written per item by the drainer alone.
   /// With all of them on one line, four threads feeding one serial queue made the drainer
   /// miss the cache on `state` and on the backlog after every producer's exchange (perf: a
@@ -92,6 +93,11 @@ public final class Queue: @unchecked Sendable {
   private let serialPadState = CacheLinePad()
   /// Atomic. Submitted items not yet taken by a drainer (a Treiber stack, newest first).
   let incoming = Atomic<JobNodePointer?>(nil)
+  /// Atomic. A custom concurrent queue's state word (`ConcurrentWord.swift`); 0 otherwise.
+  /// On `incoming`'s line: each is the word every submission and completion of its kind of
+  /// queue writes, and a queue uses one of them (a serial queue made wide uses both, its
+  /// front's and its back's), so the word gets a line of its own without another pad.
+  let concurrentWord = Atomic<UInt64>(0)
   private let serialPadIncoming = CacheLinePad()
   /// Items taken from `incoming`, oldest first. Written only by the thread holding SCHEDULED;
   /// read (for emptiness) by anyone, hence atomic.
@@ -116,8 +122,6 @@ public final class Queue: @unchecked Sendable {
   /// Atomic. A serial queue made wide (`Queue+Wide.swift`): its concurrent state, retained
   /// until deinit, published before the WIDE bit of `state`; nil until then.
   let wideStatePointer = Atomic<UnsafeMutableRawPointer?>(nil)
-  /// Atomic. A custom concurrent queue's state word (`ConcurrentWord.swift`); 0 otherwise.
-  let concurrentWord = Atomic<UInt64>(0)
   /// Atomic. A custom concurrent queue's width, for its lock-free paths: written under its
   /// lock (`ConcurrentState.width` is the copy the lock holder uses), read relaxed.
   let concurrentWidth = Atomic<Int>(Int.max)
