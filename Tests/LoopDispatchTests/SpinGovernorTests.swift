@@ -104,6 +104,17 @@ import Testing
     #expect(!governor.isPressured(now: Self.start + 52 * Self.millisecond))
   }
 
+  @Test func aDisabledGovernorNeverShortensSpins() {
+    let file = Scratch()
+    file.set(Self.pressure(stall: 0))
+    let governor = SpinGovernor(
+      pressurePath: file.path, loadPath: nil, throttlePath: nil, cpus: 2, enabled: false)
+    #expect(!governor.isPressured(now: Self.start))
+    file.set(Self.pressure(stall: 9_000))  // 9 ms of stall in 10 ms.
+    #expect(!governor.isPressured(now: Self.start + 10 * Self.millisecond))
+    #expect(governor.samples.load(ordering: .relaxed) == 0)
+  }
+
   @Test func theProcessGovernorReadsThisMachinesFiles() {
     // Whatever the load, a sample of the real files completes and is counted.
     let governor = SpinGovernor.forProcess(budget: WorkerPool.shared.budget)

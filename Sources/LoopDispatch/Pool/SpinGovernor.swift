@@ -56,6 +56,9 @@ final class SpinGovernor: @unchecked Sendable {
   let samples = Atomic<UInt64>(0)
   let signs = Atomic<UInt64>(0)
 
+  /// False when `LOOPDISPATCH_SPIN_GOVERNOR=0`: spins never shorten (for an operator who
+  /// measured that spinning pays on a loaded machine, and for A/B runs of the benchmarks).
+  let isEnabled: Bool
   private let pressureFD: Int32
   private let loadFD: Int32
   private let throttleFD: Int32
@@ -68,7 +71,11 @@ final class SpinGovernor: @unchecked Sendable {
   private static let bufferSize = 512
 
   /// A governor reading the given files (nil or unreadable: that sign is not used).
-  init(pressurePath: String?, loadPath: String?, throttlePath: String?, cpus: Int) {
+  init(
+    pressurePath: String?, loadPath: String?, throttlePath: String?, cpus: Int,
+    enabled: Bool = true
+  ) {
+    isEnabled = enabled
     pressureFD = Self.openForReading(pressurePath)
     loadFD = pressureFD >= 0 ? -1 : Self.openForReading(loadPath)
     throttleFD = Self.openForReading(throttlePath)
@@ -97,7 +104,8 @@ final class SpinGovernor: @unchecked Sendable {
     }
     return SpinGovernor(
       pressurePath: pressure, loadPath: "/proc/loadavg",
-      throttlePath: budget.quotaDirectory.map { $0 + "/cpu.stat" }, cpus: budget.cpus)
+      throttlePath: budget.quotaDirectory.map { $0 + "/cpu.stat" }, cpus: budget.cpus,
+      enabled: getenv("LOOPDISPATCH_SPIN_GOVERNOR").map { String(cString: $0) } != "0")
   }
 
   /// Whether spins should be short at `now` (`Deadline` nanoseconds); samples the files
@@ -111,6 +119,7 @@ final class SpinGovernor: @unchecked Sendable {
       default: break
       }
     #endif
+    guard isEnabled else { return false }
     if now >= nextSample.load(ordering: .relaxed) { sampleIfFree(now: now) }
     return now < pressuredUntil.load(ordering: .relaxed)
   }

@@ -281,7 +281,9 @@ final class Worker: @unchecked Sendable {
         let gap = now &- lastReading
         if pace == 0 {
           pace = Swift.max(1, gap)
-        } else if gap > SpinGovernor.preemptionGapNanoseconds && gap > 8 &* pace {
+        } else if gap > SpinGovernor.preemptionGapNanoseconds && gap > 8 &* pace
+          && governor.isEnabled
+        {
           // The kernel ran something else here: the spin is not paying.
           governor.notePreempted(now: now)
           spinBudget = WorkerPool.spinFloor
