@@ -39,8 +39,9 @@ struct LocalQueue: ~Copyable {
   private let head = Atomic<UInt64>(0)
   /// Atomic. One past the newest job; written by the owner only.
   private let tail = Atomic<UInt32>(0)
-  /// The ring: node pointers as integers. Allocated once, never freed (workers are kept
-  /// for the process's life, see `WorkerPool.workerTable`).
+  /// The ring: node pointers as integers. Allocated once; freed only by a worker object's
+  /// deinit (`deallocateRing`), which plain workers never reach (they are kept for the
+  /// process's life, see `WorkerPool.workerTable`).
   private let slots: UnsafeMutablePointer<Atomic<UInt>>
   /// Fills the lane to `lineSize` bytes (24 used): the next lane starts on the next block.
   private let padding:
@@ -55,6 +56,14 @@ struct LocalQueue: ~Copyable {
       byteCount: Int(Self.capacity) * MemoryLayout<Atomic<UInt>>.stride, alignment: Self.lineSize
     ).bindMemory(to: Atomic<UInt>.self, capacity: Int(Self.capacity))
     for index in 0..<Int(Self.capacity) { (slots + index).initialize(to: Atomic(0)) }
+  }
+
+  /// Frees the ring. Only a deinitialising worker calls this: no thread can reach the lane.
+  func deallocateRing() {
+    // Safe: `slots` came from init's allocation of `capacity` words, all initialised, and
+    // nothing reads them any more.
+    slots.deinitialize(count: Int(Self.capacity))
+    UnsafeMutableRawPointer(slots).deallocate()
   }
 
   /// `count` lanes, initialised, starting at a `lineSize` boundary (see the type's comment).

@@ -140,7 +140,9 @@ final class Worker: @unchecked Sendable {
   }
 
   deinit {
-    // Only overcommit workers end (plain ones live in the pool's table for the process).
+    // Only overcommit workers end (plain ones live in the pool's table for the process), and
+    // the objects tests make.
+    for lane in 0..<localCount { local[lane].deallocateRing() }
     local.deinitialize(count: localCount)
     local.deallocate()
   }
