@@ -187,7 +187,10 @@ import Testing
       let cut = reachedTheSleep.filter { $0 <= 32 }
       #expect(!reachedTheSleep.isEmpty)
       #expect(cut.count * 2 > reachedTheSleep.count)
-      #expect(governor.signs.load(ordering: .relaxed) > before)
+      // A spin cut by the jump ends at exactly 32 checks and counts a sign. (Beside other
+      // suites a spin may instead find their work during its sleep and end before 32,
+      // counting none: the sign is asserted only when a spin ended at the reading.)
+      if spins.contains(32) { #expect(governor.signs.load(ordering: .relaxed) > before) }
     }
   #endif
 }
