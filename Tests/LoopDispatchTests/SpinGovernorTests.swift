@@ -113,6 +113,9 @@ import Testing
     file.set(Self.pressure(stall: 9_000))  // 9 ms of stall in 10 ms.
     #expect(!governor.isPressured(now: Self.start + 10 * Self.millisecond))
     #expect(governor.samples.load(ordering: .relaxed) == 0)
+    #expect(governor.openFiles == 0)
+    let enabled = SpinGovernor(pressurePath: file.path, loadPath: nil, throttlePath: nil, cpus: 2)
+    #expect(enabled.openFiles == 1)
   }
 
   @Test func theProcessGovernorReadsThisMachinesFiles() {

@@ -59,6 +59,7 @@ final class SpinGovernor: @unchecked Sendable {
   /// False when `LOOPDISPATCH_SPIN_GOVERNOR=0`: spins never shorten (for an operator who
   /// measured that spinning pays on a loaded machine, and for A/B runs of the benchmarks).
   let isEnabled: Bool
+  /// The files' descriptors, or -1 (not given, unreadable, or the governor disabled).
   private let pressureFD: Int32
   private let loadFD: Int32
   private let throttleFD: Int32
@@ -76,9 +77,10 @@ final class SpinGovernor: @unchecked Sendable {
     enabled: Bool = true
   ) {
     isEnabled = enabled
-    pressureFD = Self.openForReading(pressurePath)
-    loadFD = pressureFD >= 0 ? -1 : Self.openForReading(loadPath)
-    throttleFD = Self.openForReading(throttlePath)
+    // Disabled: nothing is opened (nor ever read).
+    pressureFD = enabled ? Self.openForReading(pressurePath) : -1
+    loadFD = enabled && pressureFD < 0 ? Self.openForReading(loadPath) : -1
+    throttleFD = enabled ? Self.openForReading(throttlePath) : -1
     self.cpus = Swift.max(1, cpus)
   }
 
@@ -208,6 +210,9 @@ final class SpinGovernor: @unchecked Sendable {
     }
     return digits > 0 ? value : nil
   }
+
+  /// How many of the three files the governor holds open (for tests).
+  var openFiles: Int { [pressureFD, loadFD, throttleFD].filter { $0 >= 0 }.count }
 
   private static func openForReading(_ path: String?) -> Int32 {
     guard let path else { return -1 }
