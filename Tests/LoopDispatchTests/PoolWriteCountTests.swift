@@ -14,11 +14,14 @@ import Testing
   /// are those of the shape, its start-up and its wind-down. The assertions are structural:
   /// - Exact, per job: the paths a job takes whatever the timing. A submission from outside
   ///   writes 3 words (the injection count, its tail, the link); a worker submitting to itself
-  ///   and a run-next hand-off (a serial queue or actor made runnable by a pool job) write none.
+  ///   and a run-next hand-off (a serial queue or actor made runnable by a pool job) write none
+  ///   (but for a ring left without room by a stalled thief: see `check`).
   /// - Exact, per event: a spin writes 2, a park 2 (3 for an extra worker whose timed-out
-  ///   withdrawal lost to a waker), a wake 2 plus its failed claims.
+  ///   withdrawal lost to a waker; a park's withdrawal falls in the next shape when the shape
+  ///   ends in it, so a worker started during the shape leaves one write fewer and one that
+  ///   retired one more), a wake 2 plus its failed claims.
   /// - Bounded by events, where timing decides whether they happen: a wake claims a bit a park
-  ///   set, so wakes ≤ parks + workers; an injection claim's failed tries are at most one per
+  ///   set, so wakes ≤ parks + the threads at the start; an injection claim's failed tries are at most one per
   ///   other worker; the supervisor is woken at most once per sleep per submitter racing for
   ///   it; and in the self-submitting, serial and actor shapes every shared write but the
   ///   supervisor's follows a dry turn (a worker that found no job of its own) or the start:
@@ -29,9 +32,14 @@ import Testing
   /// Each child prints its table (writes per job by path) to standard error; the parent
   /// prints it, so `swift test` shows the figures the threading article quotes.
   /// Not run under ThreadSanitizer: there 16 and 64 workers on two cores run an order of
-  /// magnitude slower, and the child failed one run in two (exit 1, its report not captured)
-  /// while the debug and AddressSanitizer passes, which count the same writes, pass. Left
-  /// for the next stop: capture the child's report and see which bound moves.
+  /// magnitude slower, and the self-submitting shape takes 6,000-21,000 dry turns for 80,000
+  /// jobs, too many for its bound to see one write per job (the check that says so failed
+  /// one run in two). The captured reports also found three faults of the test, fixed: a park
+  /// and a supervisor sleep were counted after the word `isQuiet` reads (a snapshot could
+  /// split them across shapes), extra workers'
+  /// starts and retirements were not in the park balance, and a full ring behind a stalled
+  /// thief (a requeue) was taken for a fault. CI's AddressSanitizer pass failed once before
+  /// these fixes, its report not captured then; the child now always returns its report.
   @Suite(
     .enabled(
       if: dlsym(nil, "__tsan_init") == nil,
@@ -58,10 +66,14 @@ import Testing
       report(result)
     }
 
+    /// The child exits 0 whenever it ran to its end, failed checks included: Swift Testing
+    /// hands back no result (so no standard error) for an exit test whose condition failed,
+    /// and a failure's report is what says which bound moved. Its `FAIL:` lines fail the test
+    /// here, with the whole report.
     private func report(_ result: ExitTest.Result?) {
       guard let result else { return }
       let text = String(decoding: result.standardErrorContent, as: UTF8.self)
-      if result.exitStatus != .exitCode(0) { Issue.record("child: \(text)") } else { print(text) }
+      if text.contains(childFailureMark) { Issue.record("child: \(text)") } else { print(text) }
     }
   }
 
@@ -72,17 +84,21 @@ import Testing
     var failures: [String] = []
     waitForQuiet()  // Starts the pool.
     for shape in WriteShape.allCases {
+      let threads = PoolDiagnostics.workerThreads  // Extra workers may outlive a shape.
       let before = SharedWriteCount.snapshot()
       let jobs = shape.run(workers: workers)
       waitForQuiet()
       let counts = SharedWriteCount.snapshot() - before
       lines.append(describe(shape, counts, jobs: jobs))
-      failures += check(shape, counts, jobs: jobs, workers: workers)
+      failures += check(shape, counts, jobs: jobs, workers: workers, threadsAtStart: threads)
     }
-    let text = (lines + failures.map { "FAIL: \($0)" }).joined(separator: "\n") + "\n"
+    let text = (lines + failures.map { "\(childFailureMark) \($0)" }).joined(separator: "\n") + "\n"
     _ = Array(text.utf8).withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
-    exit(failures.isEmpty ? 0 : 1)
+    exit(0)  // Pass or fail, the report above decides (see `report`).
   }
+
+  /// Starts each line of the child's report that fails the test.
+  private let childFailureMark = "FAIL:"
 
   /// The steady-state shapes: each returns how many jobs (or hops) it ran.
   private enum WriteShape: CaseIterable {
@@ -195,9 +211,9 @@ import Testing
   }
 
   private func childFailure(_ message: String) -> Never {
-    let line = Array("PoolWriteCountTests: \(message)\n".utf8)
+    let line = Array("\(childFailureMark) PoolWriteCountTests: \(message)\n".utf8)
     _ = line.withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
-    exit(1)
+    exit(0)  // The mark fails the test, and the parent gets this line (see `report`).
   }
 
   private func describe(_ shape: WriteShape, _ counts: SharedWriteCount.Snapshot, jobs: Int)
@@ -212,7 +228,8 @@ import Testing
         + "\(counts[PoolEvent.wake]) steals \(counts[PoolEvent.steal]) injection claims "
         + "\(counts[PoolEvent.injectionClaim]) (jobs \(counts[PoolEvent.injectionJob])) "
         + "supervisor sleeps \(counts[PoolEvent.supervisorSleep])"
-        + " ticks \(counts[PoolEvent.supervisorTick])")
+        + " ticks \(counts[PoolEvent.supervisorTick]) worker starts "
+        + "\(counts[PoolEvent.workerStart]) retirements \(counts[PoolEvent.workerRetire])")
     return parts.joined(separator: "; ")
   }
 
@@ -222,7 +239,8 @@ import Testing
   }
 
   private func check(
-    _ shape: WriteShape, _ counts: SharedWriteCount.Snapshot, jobs: Int, workers: Int
+    _ shape: WriteShape, _ counts: SharedWriteCount.Snapshot, jobs: Int, workers: Int,
+    threadsAtStart: Int
   ) -> [String] {
     var failures: [String] = []
     func expect(_ condition: Bool, _ message: @autoclosure () -> String) {
@@ -235,7 +253,13 @@ import Testing
       "submitOutside \(counts[.submitOutside]) ≠ 3 × \(outside)")
     expect(counts[.submitLocal] == 0, "submitLocal wrote \(counts[.submitLocal])")
     expect(counts[.runNextHandoff] == 0, "runNextHandoff wrote \(counts[.runNextHandoff])")
-    expect(counts[.submitRequeue] == 0, "submitRequeue wrote \(counts[.submitRequeue])")
+    // A worker's own job goes to the injection queue only when its ring has no room, and a
+    // ring holding one job has room unless a thief that claimed jobs stalls mid-copy (the
+    // slots stay reserved, `LocalQueue.room`): then it follows a steal, and its writes count
+    // among those the dry-turn bound below allows (ThreadSanitizer's pace showed 21).
+    expect(
+      counts[.submitRequeue] == 0 || counts[PoolEvent.steal] > 0,
+      "submitRequeue wrote \(counts[.submitRequeue]) without a steal")
     expect(counts[.submitBatch] == 0, "submitBatch wrote \(counts[.submitBatch])")
     // Exact, per event.
     expect(counts[SharedWritePath.spin] == 2 * counts[PoolEvent.spin], "spin writes ≠ 2 per spin")
@@ -244,17 +268,26 @@ import Testing
     expect(
       counts[.spinGovernor] <= 8 * counts[PoolEvent.spin],
       "spinGovernor \(counts[.spinGovernor]) > 8 per spin (\(counts[PoolEvent.spin]))")
+    // A park's two writes are its announcement and its withdrawal, and the withdrawal of
+    // the park a shape ends in falls in the next shape: balanced for a worker parked at both
+    // ends, one short for a worker that started during the shape (the supervisor's extra
+    // worker), one over for one that retired.
+    let parks = Int(counts[PoolEvent.park])
+    let parkWrites = Int(counts[SharedWritePath.park])
+    let parkEnds = Int(counts[PoolEvent.workerRetire]) - Int(counts[PoolEvent.workerStart])
     expect(
-      counts[SharedWritePath.park] >= 2 * counts[PoolEvent.park]
-        && counts[SharedWritePath.park] <= 3 * counts[PoolEvent.park],
-      "park writes \(counts[SharedWritePath.park]) not 2–3 per park (\(counts[PoolEvent.park]))")
+      parkWrites >= 2 * parks + parkEnds && parkWrites <= 3 * parks + parkEnds,
+      "park writes \(parkWrites) not 2–3 per park (\(parks)) with \(parkEnds) retirements "
+        + "less starts")
     expect(
       counts[SharedWritePath.wake] >= 2 * counts[PoolEvent.wake], "wake writes below 2 per wake")
     // Bounded by events.
     let workerCount = UInt64(workers)
+    // The bits set at the start are one per thread then (the pool was quiet).
     expect(
-      counts[PoolEvent.wake] <= counts[PoolEvent.park] + workerCount,
-      "wakes \(counts[PoolEvent.wake]) > parks \(counts[PoolEvent.park]) + workers")
+      counts[PoolEvent.wake] <= counts[PoolEvent.park] + UInt64(threadsAtStart),
+      "wakes \(counts[PoolEvent.wake]) > parks \(counts[PoolEvent.park]) + \(threadsAtStart) threads"
+    )
     // An injection claim writes the flag twice and `taken` once, a job moved the dummy head
     // once; a failed try loses to another consumer's claim, at most once per other worker
     // per claim.

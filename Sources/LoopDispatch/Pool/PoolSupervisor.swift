@@ -83,9 +83,10 @@ final class PoolSupervisor: @unchecked Sendable {
           // with the submitter's (or worker's) sequentially consistent publication of a job
           // (or of `lookDue`), then its load of `word` (Dekker): either we see its job or
           // request, or it sees us asleep and wakes us.
-          word.atomic.pointee.store(1, ordering: .sequentiallyConsistent)
+          // Counted first, as a park is (`announceIdle`): `isAsleep` then implies the count.
           countSharedWrite(.supervisorSleep)
           countPoolEvent(.supervisorSleep)
+          word.atomic.pointee.store(1, ordering: .sequentiallyConsistent)
           if !pool.hasWaitingWork && !ThreadName.lookIsDue {
             while word.atomic.pointee.load(ordering: .acquiring) == 1 {
               word.wait(whileEqualTo: 1)

@@ -71,6 +71,10 @@ package enum PoolEvent: Int, CaseIterable, Sendable {
   case supervisorSleep
   /// A supervisor tick (it rescues and checks growth once per tick).
   case supervisorTick
+  /// A worker thread began (before its first park).
+  case workerStart
+  /// An extra worker left the pool (after its last park's withdrawal).
+  case workerRetire
 }
 
 /// Adds `count` writes to `path` (debug builds; nothing in a release build).

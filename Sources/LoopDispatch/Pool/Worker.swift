@@ -161,6 +161,7 @@ final class Worker: @unchecked Sendable {
     ThreadName.installForWorker(ownName: "ld.worker.\(id)")
     defer { ThreadName.removeForWorker() }
     tid.store(Syscall.currentThreadID, ordering: .relaxed)
+    countPoolEvent(.workerStart)
     ThreadSlots.setWorker(Unmanaged.passUnretained(self).toOpaque())
     defer { ThreadSlots.setWorker(nil) }
     // Registered with the supervisor by `WorkerPool.spawnWorker`, before this thread ran;

@@ -57,9 +57,12 @@ extension WorkerPool {
   @inline(__always)
   func announceIdle(_ worker: Worker) {
     let (word, bit) = idlePosition(worker)
-    idleWords[word].bitwiseOr(bit, ordering: .sequentiallyConsistent)
+    // Counted before the bit is set: `PoolDiagnostics.isQuiet` sees the bit and then reads
+    // the counts (PoolWriteCountTests), and a park counted after it could fall into the next
+    // shape's figures while its withdrawal stayed in this one's.
     countSharedWrite(.park)
     countPoolEvent(.park)
+    idleWords[word].bitwiseOr(bit, ordering: .sequentiallyConsistent)
   }
 
   /// Takes `worker` out of the idle set; returns whether its bit was still set (false: a
@@ -126,6 +129,8 @@ extension WorkerPool {
   /// them) and its slot too; the object stays in the table for the next start.
   /// The worker's own thread, just before it exits.
   func retire(_ worker: Worker) {
+    // Before `threads` drops (under the lock `PoolDiagnostics.isQuiet` reads it with).
+    countPoolEvent(.workerRetire)
     supervisor.unregister(worker)
     let call = state.withLock { state -> OvercommitCall in
       state.threads -= 1

@@ -535,6 +535,9 @@ package enum PoolDiagnostics {
     WorkerPool.shared.refusedSpawns.load(ordering: .relaxed)
   }
 
+  /// Plain worker threads now (base and extra). Starts the pool.
+  package static var workerThreads: Int { WorkerPool.shared.state.withLock { $0.threads } }
+
   /// Whether the pool looks quiet: every plain worker's idle bit set, no job queued, and the
   /// supervisor's word saying it sleeps without a timeout. A snapshot: a worker between its
   /// announcement and its re-check, or in its 200 µs back-off, counts as parked, and the
