@@ -310,9 +310,7 @@ import Testing
     #expect(throws: EventLoopError.negativeDescriptor(-1)) {
       _ = try FileSource(fd: -1, events: [.write])
     }
-    let file = try TemporaryFile()
-    let closed = dup(file.fd)
-    close(closed)
+    let closed = descriptorNobodyOpens()
     #expect(throws: EventLoopError.closedDescriptor(closed)) {
       _ = try FileSource(fd: closed, events: [.write])
     }

@@ -46,9 +46,7 @@ import Testing
     #expect(throws: EventLoopError.negativeDescriptor(-1)) {
       try loop.watch(fd: -1, for: .read) {}
     }
-    let pipe = Pipe()
-    let closed = dup(pipe.readEnd)
-    close(closed)
+    let closed = descriptorNobodyOpens()
     #expect(throws: EventLoopError.closedDescriptor(closed)) {
       try loop.watch(fd: closed, for: .read) {}
     }
