@@ -86,9 +86,15 @@ struct OneShotWord {
   }
 
   func wait() {
-    for _ in 0..<256 {
-      if word.pointee.load(ordering: .acquiring) == 1 { return }
-      spinLoopHint()
+    // Spins only where it pays (`SpinAdmission`): a few microseconds, for an item or a
+    // hand-off that is ending on another core.
+    let admission = SpinAdmission.waits
+    if admission.enter() {
+      defer { admission.leave() }
+      for _ in 0..<256 {
+        if word.pointee.load(ordering: .acquiring) == 1 { return }
+        spinLoopHint()
+      }
     }
     let (slept, _) = word.pointee.compareExchange(
       expected: 0, desired: 2, ordering: .acquiringAndReleasing)

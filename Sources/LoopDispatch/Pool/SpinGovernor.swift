@@ -89,6 +89,10 @@ final class SpinGovernor: @unchecked Sendable {
     buffer.deallocate()
   }
 
+  /// The process's governor, shared by the pool's spins and the one-shot waits
+  /// (`WaitSpin`), which consult it without starting the pool.
+  static let process = forProcess(budget: CPUBudget.current)
+
   /// The governor of this process: its cgroup's pressure file (else the system's), and the
   /// throttling count of the cgroup whose quota sized the pool.
   static func forProcess(budget: CPUBudget, cgroupRoot: String = "/sys/fs/cgroup") -> SpinGovernor {

@@ -127,7 +127,7 @@ final class WorkerPool: @unchecked Sendable {
   private init() {
     budget = CPUBudget.current
     baseThreads = budget.cpus
-    spinGovernor = SpinGovernor.forProcess(budget: budget)
+    spinGovernor = SpinGovernor.process
     let maximum = environmentInteger("LOOPDISPATCH_MAX_THREADS") ?? 64
     maximumThreads = Swift.max(maximum, baseThreads)
     totalThreadLimit = Swift.max(255, maximumThreads)
