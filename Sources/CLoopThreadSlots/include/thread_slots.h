@@ -13,7 +13,7 @@
 // the thread pointer out of the GOT (set once when the library is loaded) and then accesses
 // `%fs:offset` directly, as libdispatch does for its own thread-locals. The cost: the
 // variables live in the static TLS block, so a library loaded with dlopen after startup draws
-// on glibc's surplus static TLS space (hundreds of bytes; these take 68). Hidden: they are
+// on glibc's surplus static TLS space (hundreds of bytes; these take 76). Hidden: they are
 // not part of the library's interface.
 //
 // Thread-safety: each slot belongs to the calling thread; nothing here is shared.
@@ -45,6 +45,10 @@ struct lds_node_cache {
 };
 extern __thread struct lds_node_cache lds_node_cache_slot LDS_THREAD_SLOT;
 
+/// The calling thread's spare `SyncWaiter` (retained; Sources/LoopDispatch/Queue/QueueItem.swift,
+/// `SyncWaiter.reusable`), or NULL: taken while the thread waits, put back after its turn.
+extern __thread void *lds_sync_waiter LDS_THREAD_SLOT;
+
 static inline void *lds_frame_get(void) { return lds_frame; }
 static inline void lds_frame_set(void *frame) { lds_frame = frame; }
 static inline void *lds_name_state_get(void) { return lds_name_state; }
@@ -54,5 +58,7 @@ static inline void lds_worker_set(void *worker) { lds_worker = worker; }
 static inline int lds_driver_get(void) { return lds_driver; }
 static inline void lds_driver_set(int flags) { lds_driver = flags; }
 static inline struct lds_node_cache *lds_node_cache_get(void) { return &lds_node_cache_slot; }
+static inline void *lds_sync_waiter_get(void) { return lds_sync_waiter; }
+static inline void lds_sync_waiter_set(void *waiter) { lds_sync_waiter = waiter; }
 
 #endif

@@ -36,6 +36,14 @@ enum ThreadSlots {
   /// Sets the calling thread's I/O driver flags.
   static func setDriverFlags(_ flags: Int32) { lds_driver_set(flags) }
 
+  /// The calling thread's spare `SyncWaiter` (retained), or nil.
+  @inline(__always)
+  static func syncWaiter() -> UnsafeMutableRawPointer? { lds_sync_waiter_get() }
+
+  /// Sets the calling thread's spare `SyncWaiter` (the slot owns one retain).
+  @inline(__always)
+  static func setSyncWaiter(_ waiter: UnsafeMutableRawPointer?) { lds_sync_waiter_set(waiter) }
+
   /// The calling thread's free-node cache (`NodeCache`); valid for the thread's life,
   /// including its pthread key destructors.
   @inline(__always)

@@ -333,11 +333,12 @@ extension Queue {
       // Rule 4's retain, if any, is dropped by `concurrentFinished` below.
       countSubmission()
     } else {
-      let waiter = SyncWaiter(callerReleasesSlot: true)
+      let waiter = SyncWaiter.reusable()
       concurrentEnqueue(.syncWaiter(waiter, barrier: barrier))
       // Acquiring; pairs with the releasing exchange in `OneShotEvent.signal` (`forward`),
       // made after the compare-and-swap that counted this caller's slot.
       waiter.turn.wait()
+      waiter.putBack()
     }
     // An item of this queue is a plain item of its target, whatever its kind here.
     target._sync(barrier: false) { ThreadFrame.with(self, exclusive: barrier, body) }

@@ -443,7 +443,7 @@ extension Queue {
     case .serial where isWide:
       // `Queue+Wide.swift`, step 5: through the front, in order, for a slot of the back.
       let direct = targetIsRoot.load(ordering: .relaxed)
-      let waiter = SyncWaiter(callerReleasesSlot: direct)
+      let waiter = direct ? SyncWaiter.reusable() : SyncWaiter(callerReleasesSlot: false)
       serialEnqueue(.syncWaiter(waiter, barrier: barrier))
       runSharedTurn(of: waiter, barrier: barrier, body)
     case .serial, .main:
@@ -463,7 +463,7 @@ extension Queue {
         concurrentSyncThroughTarget(target, barrier: barrier, body)
         return
       }
-      let waiter = SyncWaiter(callerReleasesSlot: direct)
+      let waiter = direct ? SyncWaiter.reusable() : SyncWaiter(callerReleasesSlot: false)
       concurrentEnqueue(.syncWaiter(waiter, barrier: barrier))
       runSharedTurn(of: waiter, barrier: barrier, body)
     case .root:
@@ -477,6 +477,8 @@ extension Queue {
   /// worker holding it for the caller that it is done.
   private func runSharedTurn(of waiter: SyncWaiter, barrier: Bool, _ body: () -> Void) {
     waiter.turn.wait()
+    // Its one word is spent: the thread's spare again (see `SyncWaiter.reusable`).
+    if waiter.callerReleasesSlot { waiter.putBack() }
     ThreadFrame.with(self, exclusive: barrier, body)
     if waiter.callerReleasesSlot {
       concurrentFinished(barrier: barrier)
