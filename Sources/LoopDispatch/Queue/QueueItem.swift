@@ -34,6 +34,7 @@ enum QueueWork: @unchecked Sendable {
 ///
 /// Two allocations: the object, and its two one-shot words (`turn`, then `done`) in one
 /// block (before, each was an event object holding a futex object holding its word: seven).
+/// A waiter that releases its own slot is made once per thread and reused (`reusable`).
 final class SyncWaiter: @unchecked Sendable {
   // @unchecked Sendable: `callerReleasesSlot` is immutable; `words` are atomic.
   /// True when the caller itself releases the concurrent queue's slot after its closure
