@@ -62,6 +62,32 @@ struct SpinAdmissionTests {
     #expect(admission.spinning == 0)
   }
 
+  /// A one-shot wait asks the admission before it spins, leaves its place when its spin
+  /// ends, and still returns when refused (it sleeps on the word instead).
+  @Test func aOneShotWaitAsksBeforeItSpinsAndSleepsWhenRefused() {
+    let asked = Atomic<Int>(0)
+    let pressured = Atomic<Bool>(true)
+    let admission = SpinAdmission(limit: 1) {
+      asked.wrappingAdd(1, ordering: .relaxed)
+      return pressured.load(ordering: .relaxed)
+    }
+    for (round, refused) in [true, false].enumerated() {
+      pressured.store(refused, ordering: .relaxed)
+      let waiter = SyncWaiter(callerReleasesSlot: true)
+      let thread = startThread { waiter.turn.wait(admission: admission) }
+      // Bounded: a wait that never asks fails the count below instead of hanging here.
+      var yields = 0
+      while asked.load(ordering: .relaxed) <= round && yields < 10_000_000 {
+        sched_yield()
+        yields += 1
+      }
+      waiter.turn.signal()
+      pthread_join(thread, nil)
+      #expect(admission.spinning == 0)
+    }
+    #expect(asked.load(ordering: .relaxed) == 2)
+  }
+
   /// The process's admission: a core per spinner but one.
   @Test func theWaitsLimitIsTheBudgetLessOne() {
     #expect(SpinAdmission.waits.limit == max(0, CPUBudget.current.cpus - 1))

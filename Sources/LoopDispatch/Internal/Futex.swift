@@ -85,10 +85,10 @@ struct OneShotWord {
     }
   }
 
-  func wait() {
+  /// `admission`: who may spin (the process's, but in tests).
+  func wait(admission: SpinAdmission = .waits) {
     // Spins only where it pays (`SpinAdmission`): a few microseconds, for an item or a
     // hand-off that is ending on another core.
-    let admission = SpinAdmission.waits
     if admission.enter() {
       defer { admission.leave() }
       for _ in 0..<256 {
