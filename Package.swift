@@ -104,7 +104,7 @@ let package = Package(
       name: "LoopDispatchTests",
       dependencies: [
         "LoopDispatch", "TestSupport", "LoopDispatchTestHost", "AsyncMainHost",
-        "TopLevelAwaitHost",
+        "TopLevelAwaitHost", "CLoopShims",
       ]),
     .testTarget(name: "ExamplesTests", dependencies: ["Examples", "TestSupport"]),
     // The request parser alone: its rules, one test each (the fuzz target is Fuzz/).

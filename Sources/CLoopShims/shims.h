@@ -27,6 +27,10 @@
 
 static inline int cls_errno(void) { return errno; }
 
+/// `pipe2` (GNU-only in glibc's headers): a pipe whose ends get `flags` (O_CLOEXEC,
+/// O_NONBLOCK) atomically, so a fork on another thread never inherits them half-set.
+static inline int cls_pipe2(int *fds, int flags) { return (int)syscall(SYS_pipe2, fds, flags); }
+
 /// A spin-wait hint (x86 `pause`, arm64 `yield`).
 static inline void cls_cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)

@@ -7,8 +7,14 @@ final class ServeClient {
 
   /// Connects to 127.0.0.1:`port`; `receiveBuffer` (SO_RCVBUF, set before connecting so the
   /// window is negotiated for it) makes a slow reader whose server must wait for room.
+  ///
+  /// The socket is stored only once it is connected: a failed initialiser that had set
+  /// every stored property runs `deinit`, which would close the number a second time, and
+  /// by then another test running beside this one may have opened a descriptor with it
+  /// (`strace -f -e trace=close` of the suite showed the second close).
   init?(port: UInt16, receiveBuffer: Int32? = nil) {
-    fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    if fd < 0 { return nil }
     var timeout = timeval(tv_sec: 10, tv_usec: 0)
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
     if var size = receiveBuffer {
@@ -27,6 +33,7 @@ final class ServeClient {
       close(fd)
       return nil
     }
+    self.fd = fd
   }
 
   deinit { close(fd) }

@@ -1,8 +1,9 @@
 import Glibc
-import LoopDispatch
 import Synchronization
 import TestSupport
 import Testing
+
+@testable import LoopDispatch
 
 /// The cancel protocol: no handler after cancel, the cancel handler once and last, release on
 /// drop, the target queue's lifetime, churn.
@@ -283,7 +284,7 @@ func runSourceChurn(total: Int, threads: Int) -> [String] {
       let live = PosixLocked([Int: ReadSource]())
       for number in 0..<share {
         if slots.wait(timeout: .seconds(60)) == .timedOut {
-          problems.withLock { $0.append("thread \(index): cancel handlers stopped running") }
+          problems.withLock { $0.append(stalled(thread: index, live)) }
           return
         }
         let fds: (read: Int32, write: Int32)
@@ -326,7 +327,7 @@ func runSourceChurn(total: Int, threads: Int) -> [String] {
         if !selfCancelling { source.cancel() }
       }
       for _ in 0..<window where slots.wait(timeout: .seconds(60)) == .timedOut {
-        problems.withLock { $0.append("thread \(index): cancel handlers stopped running") }
+        problems.withLock { $0.append(stalled(thread: index, live)) }
         return
       }
     }
@@ -338,6 +339,20 @@ func runSourceChurn(total: Int, threads: Int) -> [String] {
     problems.withLock { $0.append("\(cancelRuns.current) of \(total) cancel handlers ran") }
   }
   return problems.withLock { $0 }
+}
+
+/// A churn thread's report when its cancel handlers stopped running: each source still
+/// waiting for its cancel handler, with the cancel protocol's state (which step is missing),
+/// and the pool's state (where the job could be).
+private func stalled(thread: Int, _ live: PosixLocked<[Int: ReadSource]>) -> String {
+  let waiting = live.withLock { sources in
+    sources.sorted { $0.key < $1.key }.map { number, source in
+      "source \(number) (\(number % 2 == 0 ? "self-cancelling" : "cancelled by the thread")): "
+        + source.core.protocolDescription
+    }
+  }
+  return "thread \(thread): cancel handlers stopped running; "
+    + waiting.joined(separator: "; ") + "; pool: " + PoolDiagnostics.snapshot
 }
 
 /// How many descriptors the process has open, not

@@ -1,8 +1,9 @@
 import Glibc
-import LoopDispatch
 import Synchronization
 import TestSupport
 import Testing
+
+@testable import LoopDispatch
 
 /// ReadSource and WriteSource on pipes, sockets and regular files.
 @Suite struct SourceFileDescriptorTests {
@@ -97,7 +98,12 @@ import Testing
         for _ in 0..<share { writeBytes(writeEnd, 1) }
       }
     }
-    #expect(done.wait(seconds: 60))
+    // On failure, where the delivery stands (a handler still running, a delivery that never
+    // started, a registration left disarmed) and where the pool's jobs are.
+    #expect(
+      done.wait(seconds: 60),
+      "\(consumed.current) of \(total) read; source: \(source.core.protocolDescription); pool: \(PoolDiagnostics.snapshot)"
+    )
     source.cancel()
     #expect(cancelled.wait())
     close(writeEnd)

@@ -227,6 +227,26 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
     }
   }
 
+  /// The cancel protocol's state and the driver's view of the registration, for a test's
+  /// failure message (see `SourceCore.protocolDescription`). Any thread; a snapshot.
+  override var protocolDescription: String {
+    let entry = watchState.withLock { $0.entry }
+    guard let entry else { return super.protocolDescription + ", no driver entry" }
+    let registration = entry.driver.lock.withLock { tables in
+      let sources = entry[interest]
+      return "entry fd \(entry.fd) token \(entry.token) armed \(entry.armed)"
+        + " sources \(sources.cores.count) owing \(sources.owing)"
+        + " deliveredSinceFire \(sources.deliveredSinceFire)"
+        + " evicted \(entry.evicted) removed \(entry.removed)"
+        + " current \(tables.byToken[entry.token] === entry)"
+    }
+    // Whether the number still names the source's file: false when something closed it
+    // (and perhaps reopened the number) while the source watched it.
+    return super.protocolDescription + ", " + registration
+      + ", fd names its file \(FileIdentity(of: fd) == identity)"
+      + ", readable \(cls_bytes_readable(fd))"
+  }
+
   /// FIONREAD (or the socket's send space) costs a system call: only if the handler asks.
   override var computesDataLazily: Bool { true }
 

@@ -252,6 +252,21 @@ class SourceCore: @unchecked Sendable {
     submitCancelHandlerIfDue()
   }
 
+  /// The cancel protocol's state in words (status bits by name, suspensions, pending data,
+  /// cancel steps left), for a test's failure message. Any thread; a snapshot.
+  var protocolDescription: String {
+    let bits = status.load(ordering: .sequentiallyConsistent)
+    let names: [(UInt32, String)] = [
+      (Self.activated, "activated"), (Self.pending, "pending"), (Self.cancelled, "cancelled"),
+      (Self.cancelReady, "cancelReady"), (Self.cancelSubmitted, "cancelSubmitted"),
+      (Self.released, "released"),
+    ]
+    let set = names.filter { bits & $0.0 != 0 }.map(\.1).joined(separator: ",")
+    return "status [\(set)] suspended \(suspendCount.load(ordering: .relaxed))"
+      + " pendingData \(pendingData.load(ordering: .relaxed))"
+      + " cancelSteps \(cancelSteps.load(ordering: .relaxed))"
+  }
+
   /// Cancel step 3: submits the cancel handler once it is due, exactly once.
   private func submitCancelHandlerIfDue() {
     var current = status.load(ordering: .sequentiallyConsistent)

@@ -538,6 +538,32 @@ package enum PoolDiagnostics {
   /// Plain worker threads now (base and extra). Starts the pool.
   package static var workerThreads: Int { WorkerPool.shared.state.withLock { $0.threads } }
 
+  /// The pool in words, for a test's failure message when work seems stranded: threads,
+  /// parked workers, jobs waiting in each lane's injection queue, and every plain worker
+  /// that is busy or holds work (its local queues' counts, a filled run-next slot, its
+  /// progress count). A snapshot of relaxed loads. Starts the pool.
+  package static var snapshot: String {
+    let pool = WorkerPool.shared
+    let injected = (0..<pool.laneCount).map { String(pool.injection[$0].count) }
+    var text =
+      "threads \(pool.threadCount), parked \(pool.parkedCount)"
+      + ", supervisor asleep \(pool.supervisor.isAsleep)"
+      + ", injection [\(injected.joined(separator: " "))]"
+    for index in 0..<pool.tableCount.load(ordering: .acquiring) {
+      pool.unmanagedWorker(at: index)._withUnsafeGuaranteedRef { worker in
+        let local = (0..<worker.localCount).map { worker.local[$0].count }
+        let slotted = worker.runNext.load(ordering: .relaxed) != 0
+        let busy = worker.busy.load(ordering: .relaxed)
+        guard busy || slotted || local.contains(where: { $0 > 0 }) else { return }
+        text +=
+          "; worker \(worker.id): busy \(busy), run-next \(slotted)"
+          + ", local [\(local.map(String.init).joined(separator: " "))]"
+          + ", progress \(worker.progress.load(ordering: .relaxed))"
+      }
+    }
+    return text
+  }
+
   /// Whether the pool looks quiet: every plain worker's idle bit set, no job queued, and the
   /// supervisor's word saying it sleeps without a timeout. A snapshot: a worker between its
   /// announcement and its re-check, or in its 200 µs back-off, counts as parked, and the
