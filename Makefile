@@ -29,16 +29,25 @@ run: deps
 ## LOOPDISPATCH_TEST_SCALE), then a minute of fuzzing the HTTP parser, then the docs.
 test: lint test-unit test-release test-c test-leaks test-tsan test-fuzz docs
 
-test-unit: deps
+## The debug and release passes run with close_guard preloaded (Tests/CloseGuard): a `close`
+## that fails with EBADF (a descriptor closed twice, which takes another test's descriptor
+## whenever the number was reused in between) stops the run with the place it came from.
+CLOSE_GUARD := .build/close-guard/libcloseguard.so
+
+$(CLOSE_GUARD): Tests/CloseGuard/close_guard.c
+	mkdir -p $(dir $@)
+	clang -O2 -Wall -Wextra -Werror -shared -fPIC -o $@ $< -ldl
+
+test-unit: deps $(CLOSE_GUARD)
 	$(SWIFT) build --build-tests $(WERROR)
-	$(SWIFT) test --skip-build
+	LD_PRELOAD=$(CURDIR)/$(CLOSE_GUARD) $(SWIFT) test --skip-build
 
 ## test-release: every suite against an optimised build (-enable-testing for the suites that
 ## use @testable): optimisation splits a module into several object files and inlines across
 ## them, which debug builds never do (it once hid per-file copies of a thread-local slot).
-test-release: deps
+test-release: deps $(CLOSE_GUARD)
 	$(SWIFT) build -c release --build-tests -Xswiftc -enable-testing $(WERROR)
-	$(SWIFT) test -c release --skip-build -Xswiftc -enable-testing
+	LD_PRELOAD=$(CURDIR)/$(CLOSE_GUARD) $(SWIFT) test -c release --skip-build -Xswiftc -enable-testing
 
 ## test-c: the GCD C API: the C test suite (Tests/CAPI), the differential check against the
 ## toolchain's libdispatch (Tests/CDiff: each program's output must match), C clients under
