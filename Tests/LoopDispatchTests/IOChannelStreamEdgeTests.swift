@@ -16,7 +16,10 @@ import Testing
     }
     let calls = Locked<[String]>([])
     let got = Semaphore(value: 0)
-    let channel = IOChannel(kind: .stream, fd: pair[0])
+    // The descriptor is closed (deferred) only after the cleanup: the channel gives its flags
+    // back then, and a number closed earlier may belong to another test by that time.
+    let cleaned = Latch()
+    let channel = IOChannel(kind: .stream, fd: pair[0]) { _ in cleaned.open() }
     let queue = Queue(label: "io.empty")
     channel.read(length: 0, queue: queue) { done, data, error in
       calls.withLock { $0.append("read 0: \(done) \(data.count) \(error)") }
@@ -39,6 +42,7 @@ import Testing
     #expect(
       calls.value.sorted() == ["read 0: true 0 0", "read 2: true xy 0", "write empty: true 0 0"])
     channel.close()
+    #expect(cleaned.wait(seconds: 30))
   }
 
   @Test func aReadErrorAfterSomeBytesHandsThemOverFirstThenTheErrorAlone() throws {
@@ -52,7 +56,8 @@ import Testing
     close(pair[1])
     let calls = Locked<[(Bool, String, Int32)]>([])
     let ended = Latch()
-    let channel = IOChannel(kind: .stream, fd: pair[0])
+    let cleaned = Latch()  // Closed (deferred) only after the cleanup, as above.
+    let channel = IOChannel(kind: .stream, fd: pair[0]) { _ in cleaned.open() }
     channel.read(length: Int.max, queue: Queue(label: "io.reset")) { done, data, error in
       calls.withLock { $0.append((done, String(decoding: data.array, as: UTF8.self), error)) }
       if done { ended.open() }
@@ -63,6 +68,7 @@ import Testing
     #expect(seen.map(\.1) == ["abc", ""])
     #expect(seen.map(\.2) == [0, ECONNRESET])
     channel.close()
+    #expect(cleaned.wait(seconds: 30))
   }
 
   @Test func aOneShotReadOfAPipeEndsWithWhatIsThereOnceItHasSome() throws {

@@ -235,6 +235,23 @@ import Testing
 /// The review's cases: shared descriptors, devices epoll refuses, barriers and STOP after
 /// close, the default low water mark.
 @Suite struct IOChannelEdgeTests {
+  /// Against the contract, the number is closed while the channel uses it and another file
+  /// takes it: at cleanup the channel gives its saved flags back only to its own file. (It
+  /// made a test's non-blocking pipe blocking this way, and the test's drain waited in
+  /// `read` for good: `make test` hung.)
+  @Test func aNumberReusedBeforeTheCleanupKeepsTheNewFilesFlags() throws {
+    let (reader, writer) = try blockingPipe()
+    let cleaned = Latch()
+    let channel = IOChannel(kind: .stream, fd: reader) { _ in cleaned.open() }
+    #expect(fcntl(reader, F_GETFL) & O_NONBLOCK != 0)
+    let (otherRead, otherWrite) = try makePipe()  // Non-blocking, as its owner wants.
+    #expect(dup2(otherRead, reader) == reader)
+    channel.close()
+    #expect(cleaned.wait(seconds: 30))
+    #expect(fcntl(reader, F_GETFL) & O_NONBLOCK != 0, "the other file was made blocking")
+    for fd in [reader, writer, otherRead, otherWrite] { close(fd) }
+  }
+
   @Test func twoChannelsOnOneDescriptorRestoreItsFlagsOnlyWhenBothAreDone() throws {
     let (reader, writer) = try blockingPipe()
     let first = IOChannel(kind: .stream, fd: writer)

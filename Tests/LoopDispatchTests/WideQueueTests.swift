@@ -248,7 +248,10 @@ import Testing
     let occupancy = Occupancy()
     let received = Locked<[UInt8]>([])
     let ended = Latch()
-    let channel = IOChannel(kind: .stream, fd: ends[0])
+    // The descriptor is closed (deferred) only after the cleanup: the channel gives its flags
+    // back then, and a number closed earlier may belong to another test by that time.
+    let cleaned = Latch()
+    let channel = IOChannel(kind: .stream, fd: ends[0]) { _ in cleaned.open() }
     channel.setLowWater(1)
     channel.read(length: Int.max, queue: queue) { done, data, _ in
       occupancy.enter()
@@ -271,6 +274,7 @@ import Testing
     #expect(received.withLock { $0 } == expected)
     #expect(occupancy.most.load(ordering: .sequentiallyConsistent) == 1)
     channel.close()
+    #expect(cleaned.wait(seconds: 30))
   }
 
   /// `setWidth(1)` on a queue never made wide changes nothing (it keeps the lock-free `sync`).

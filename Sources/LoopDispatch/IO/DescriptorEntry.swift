@@ -181,6 +181,14 @@ final class DescriptorEntry: @unchecked Sendable {
     return cls_epoll_control(scratch, cls_epoll_ctl_add, fd, cls_epollin, 0) == 0
   }
 
+  /// Whether `fd` still names the file the entry was made for (device and inode). Under the
+  /// registry lock.
+  private var namesItsFile: Bool {
+    var status = stat()
+    return fstat(fd, &status) == 0
+      && (UInt64(status.st_dev), UInt64(status.st_ino)) == file
+  }
+
   /// Joins an entry known to be alive (a path entry, or the entry of a channel that has not
   /// left it: it holds the entry while the caller runs on `queue`).
   func join(cleanup: (queue: Queue, handler: @Sendable (Int32) -> Void)?) {
@@ -201,9 +209,13 @@ final class DescriptorEntry: @unchecked Sendable {
         guard holders == 0 else { return nil }
         ended = true
         // A stale entry (replaced in the table: its number names another file now) leaves
-        // that file's flags alone.
+        // that file's flags alone. So does an entry whose number was closed early (before
+        // the cleanup handlers, against the contract) and reopened on another file that no
+        // channel uses: the flags go back only to the file the entry was made for. (A close
+        // and reuse between this check and the `fcntl` would still slip through: only the
+        // owner of the number can rule that out, by closing it after the cleanup handlers.)
         if case .descriptor(let restoring) = origin, entries[fd] === self {
-          if let restoring { _ = fcntl(fd, F_SETFL, restoring) }
+          if let restoring, namesItsFile { _ = fcntl(fd, F_SETFL, restoring) }
           entries[fd] = nil
         }
         defer { cleanups = [] }
