@@ -217,7 +217,9 @@ private func writeAAndBOnTwoChannels(fd: Int32, size: Int) -> Bool {
 
 private func socketPair() throws -> (Int32, Int32) {
   var ends: [Int32] = [-1, -1]
-  guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &ends) == 0 else {
+  guard
+    socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &ends) == 0
+  else {
     throw SetupFailed(call: "socketpair")
   }
   return (ends[0], ends[1])

@@ -1,3 +1,4 @@
+import CLoopShims
 import Glibc
 import LoopDispatch
 import TestSupport
@@ -9,7 +10,9 @@ import Testing
 @Suite struct IOChannelStreamEdgeTests {
   @Test func aReadOfNoBytesAndAWriteOfNoneAreDoneAtOnceAndHoldNothingBack() throws {
     var pair: [Int32] = [-1, -1]
-    #expect(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair) == 0)
+    #expect(
+      socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0
+    )
     defer {
       close(pair[0])
       close(pair[1])
@@ -49,7 +52,9 @@ import Testing
     // The peer wrote "abc" and closed with bytes it had not read: a read gets "abc", then
     // ECONNRESET.
     var pair: [Int32] = [-1, -1]
-    #expect(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair) == 0)
+    #expect(
+      socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0
+    )
     defer { close(pair[0]) }
     #expect(Glibc.write(pair[0], "unread", 6) == 6)
     #expect(Glibc.write(pair[1], "abc", 3) == 3)
@@ -73,7 +78,7 @@ import Testing
 
   @Test func aOneShotReadOfAPipeEndsWithWhatIsThereOnceItHasSome() throws {
     var ends: [Int32] = [-1, -1]
-    #expect(pipe(&ends) == 0)
+    #expect(cls_pipe2(&ends, O_CLOEXEC) == 0)
     defer {
       close(ends[0])
       close(ends[1])

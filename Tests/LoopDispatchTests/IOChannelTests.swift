@@ -57,7 +57,9 @@ import Testing
 
   @Test func twoChannelsEchoOverASocketPair() async throws {
     var pair: [Int32] = [0, 0]
-    #expect(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair) == 0)
+    #expect(
+      socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0
+    )
     let (leftEnd, rightEnd) = (pair[0], pair[1])
     let left = IOChannel(kind: .stream, fd: leftEnd) { _ in close(leftEnd) }
     let right = IOChannel(kind: .stream, fd: rightEnd) { _ in close(rightEnd) }

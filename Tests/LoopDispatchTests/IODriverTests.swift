@@ -148,7 +148,9 @@ import Testing
 @Test func aHalfClosedSocketWatchedForWritingDoesNotSpinTheDriver() async {
   await #expect(processExitsWith: .success) {
     var pair: [Int32] = [0, 0]
-    guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair) == 0 else {
+    guard
+      socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0
+    else {
       driverTestFailure("socketpair failed")
     }
     _ = fcntl(pair[0], F_SETFL, fcntl(pair[0], F_GETFL) | O_NONBLOCK)

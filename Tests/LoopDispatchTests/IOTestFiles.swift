@@ -1,12 +1,15 @@
+import CLoopShims
 import Glibc
 
 // Files, pipes and paths the I/O channel tests share.
 
 /// A pipe with blocking ends (the shared `makePipe` makes them non-blocking), so that a test
-/// can see the channel set and restore the flag.
+/// can see the channel set and restore the flag. Close-on-exec from the start: a child
+/// process another test starts meanwhile must not keep the write end, which would hold back
+/// the reader's end of file until the child exits.
 func blockingPipe() throws -> (Int32, Int32) {
   var ends: [Int32] = [-1, -1]
-  guard pipe(&ends) == 0 else { throw SetupFailed(call: "pipe") }
+  guard cls_pipe2(&ends, O_CLOEXEC) == 0 else { throw SetupFailed(call: "pipe2") }
   return (ends[0], ends[1])
 }
 

@@ -265,7 +265,7 @@ import Testing
     #expect(ticked.wait())
     timer.cancel()
     var fds: [Int32] = [0, 0]
-    #expect(pipe(&fds) == 0)
+    #expect(cls_pipe2(&fds, O_CLOEXEC) == 0)
     defer { close(fds[1]) }
     let readable = Latch()
     let source = try ReadSource(fd: fds[0], queue: Queue(label: "stats.events"))

@@ -1,3 +1,4 @@
+import CLoopShims
 import Glibc
 import LoopDispatch
 import TestSupport
@@ -9,7 +10,7 @@ import Testing
 @Suite struct SourceEventsDataTests {
   @Test func aPipeWithFiveBytesYieldsFive() async throws {
     var fds: [Int32] = [0, 0]
-    #expect(pipe(&fds) == 0)
+    #expect(cls_pipe2(&fds, O_CLOEXEC) == 0)
     let (readEnd, writeEnd) = (fds[0], fds[1])
     defer { close(writeEnd) }
     let source = try ReadSource(fd: readEnd, queue: Queue(label: "events-pipe"))

@@ -47,32 +47,41 @@ import Testing
   @Test func aNumberClosedWhileWatchedFiresForItsNextSource() async {
     // In a child process: the rounds close and `dup2` descriptor numbers, which must not
     // clobber the descriptors of tests running in parallel.
-    await #expect(processExitsWith: .success) {
+    let result = await #expect(
+      processExitsWith: .success, observing: [\.standardErrorContent]
+    ) {
       do {
         try runReuseRounds(cancelFirst: false, queue: Queue(label: "reuse-closed-while-watched"))
       } catch { reuseFailure("\(error)") }
       exit(0)
     }
+    relayChildFailure(result)
   }
 
   /// The same with the old source cancelled before its descriptor is closed.
   @Test func aNumberClosedAfterCancelFiresForItsNextSource() async {
-    await #expect(processExitsWith: .success) {
+    let result = await #expect(
+      processExitsWith: .success, observing: [\.standardErrorContent]
+    ) {
       do {
         try runReuseRounds(cancelFirst: true, queue: Queue(label: "reuse-cancelled-first"))
       } catch { reuseFailure("\(error)") }
       exit(0)
     }
+    relayChildFailure(result)
   }
 
   /// The number is closed while watched and reopened on the same pipe (a new open file
   /// description, so the same device and inode but no registration): a new source on it
   /// fires. Before, it joined the old entry and was refused (EEXIST) or never fired.
   @Test func aNumberReopenedOnTheSameFileFiresForItsNextSource() async {
-    await #expect(processExitsWith: .success) {
+    let result = await #expect(
+      processExitsWith: .success, observing: [\.standardErrorContent]
+    ) {
       do { try reopenOnTheSameFile() } catch { reuseFailure("\(error)") }
       exit(0)
     }
+    relayChildFailure(result)
   }
 
   /// The same with sources on the main queue (persistent watches on the main loop), driven
@@ -88,6 +97,13 @@ import Testing
 /// handler, if `cancelFirst`); close A's descriptor; give a new pipe's read end the same
 /// number; source B on it; write to the new pipe: B must fire, A must not. Then cancel
 /// whatever is left and check each cancel handler ran once.
+/// Records the child's standard error when it did not exit 0 (the reason it failed: its
+/// `reuseFailure` line, or a guard's or the runtime's message before an abort).
+private func relayChildFailure(_ result: ExitTest.Result?) {
+  guard let result, result.exitStatus != .exitCode(0) else { return }
+  Issue.record("child: \(String(decoding: result.standardErrorContent, as: UTF8.self))")
+}
+
 private func runReuseRounds(cancelFirst: Bool, queue: Queue) throws {
   let rounds = Swift.max(20, Int(200 * testScale))
   for round in 0..<rounds {
@@ -107,14 +123,15 @@ private func runReuseRounds(cancelFirst: Bool, queue: Queue) throws {
       if !oldCancelRan.wait() { reuseFailure("round \(round): the old cancel handler never ran") }
     }
     let number = first.read
-    close(first.read)
-    close(first.write)
+    // The old read end is closed and its number reused in one step: `dup2` closes what the
+    // number named. Never free in between, the number cannot be handed to another thread of
+    // this process (the runtime's supervisor opens a /proc file for a moment), whose
+    // descriptor a forced `dup2` would then replace (the close guard stopped a CI run on the
+    // second close that followed).
     let second = try makePipe()
-    // The new pipe usually takes the freed number itself; otherwise force the reuse.
-    if second.read != number {
-      if dup2(second.read, number) != number { reuseFailure("dup2 failed") }
-      close(second.read)
-    }
+    if dup2(second.read, number) != number { reuseFailure("dup2 failed") }
+    close(second.read)
+    close(first.write)
     let fired = Latch()
     let newCancelled = Latch()
     let new = try ReadSource(fd: number, queue: queue)
@@ -146,8 +163,8 @@ private func runReuseRounds(cancelFirst: Bool, queue: Queue) throws {
 }
 
 /// Source A watches a pipe's read end; a second descriptor is opened on the same pipe
-/// through /proc (its own open file description); A's number is closed (its registration
-/// goes with its file description) and made to name the new description with `dup2`. A new
+/// through /proc (its own open file description); A's number is made to name the new
+/// description with `dup2`, which closes A's (its registration goes with it). A new
 /// source B on the number must fire; A must not, and its cancel handler runs once.
 private func reopenOnTheSameFile() throws {
   let pair = try makePipe()
@@ -160,7 +177,7 @@ private func reopenOnTheSameFile() throws {
   old.activate()
   let reopened = open("/proc/self/fd/\(pair.read)", O_RDONLY | O_NONBLOCK | O_CLOEXEC)
   if reopened < 0 { reuseFailure("reopening the pipe failed: errno \(errno)") }
-  close(pair.read)
+  // Closed and reused in one step (see `runReuseRounds`).
   if dup2(reopened, pair.read) != pair.read { reuseFailure("dup2 failed") }
   close(reopened)
   let fired = Latch()

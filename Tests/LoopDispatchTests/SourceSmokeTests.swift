@@ -1,3 +1,4 @@
+import CLoopShims
 import Glibc
 import LoopDispatch
 import Synchronization
@@ -7,7 +8,7 @@ import Testing
 @Suite struct SourceSmokeTests {
   @Test func pipeReadSourceSeesTheBytesWritten() throws {
     var fds: [Int32] = [0, 0]
-    #expect(pipe(&fds) == 0)
+    #expect(cls_pipe2(&fds, O_CLOEXEC) == 0)
     let (readEnd, writeEnd) = (fds[0], fds[1])
     let queue = Queue(label: "reader")
     let source = try ReadSource(fd: readEnd, queue: queue)

@@ -158,11 +158,16 @@ func readBytes(_ fd: Int32, _ count: Int) -> Int {
   }
 }
 
-/// Reads everything currently available on a non-blocking `fd`; returns the byte count.
+/// Reads everything currently available on `fd`; returns the byte count. Looks first
+/// (`poll`, no wait) before each read, so it returns even if the descriptor was left
+/// blocking: a test that waits in `read` stops the whole run (an I/O channel once made a
+/// test's non-blocking pipe blocking, and `make test` hung here).
 @discardableResult
 func drain(_ fd: Int32) -> Int {
   var total = 0
   while true {
+    var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+    guard poll(&entry, 1, 0) == 1, entry.revents & Int16(POLLIN) != 0 else { return total }
     let n = readBytes(fd, 4096)
     if n <= 0 { return total }
     total += n
