@@ -70,18 +70,17 @@ import Testing
   }
 }
 
-/// User plus system CPU time of process `pid`, in seconds (/proc/<pid>/stat).
+/// The fields of /proc/<pid>/stat after the command name (in parentheses, which may hold
+/// spaces): `[0]` is the state (field 3), `[11]` and `[12]` utime and stime (14 and 15).
+private func statFields(_ pid: pid_t) -> [Substring] {
+  let text = readSmallFile("/proc/\(pid)/stat")
+  guard let close = text.lastIndex(of: ")") else { return [] }
+  return text[text.index(after: close)...].split(separator: " ")
+}
+
+/// User plus system CPU time of process `pid`, in seconds.
 private func processCPUSeconds(_ pid: pid_t) -> Double {
-  let fd = open("/proc/\(pid)/stat", O_RDONLY)
-  guard fd >= 0 else { return 0 }
-  defer { close(fd) }
-  var buffer = [UInt8](repeating: 0, count: 4096)
-  let n = read(fd, &buffer, buffer.count)
-  guard n > 0 else { return 0 }
-  let text = String(decoding: buffer[..<n], as: UTF8.self)
-  // Fields after the command name (in parentheses): state is field 3, utime 14, stime 15.
-  guard let close = text.lastIndex(of: ")") else { return 0 }
-  let fields = text[text.index(after: close)...].split(separator: " ")
+  let fields = statFields(pid)
   guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else {
     return 0
   }
@@ -99,27 +98,15 @@ private func descriptorCount(_ pid: pid_t) -> Int {
 
 /// The "Max open files" line of /proc/<pid>/limits, or "?".
 private func openFileLimit(_ pid: pid_t) -> String {
-  procText("/proc/\(pid)/limits").split(separator: "\n")
+  readSmallFile("/proc/\(pid)/limits").split(separator: "\n")
     .first { $0.hasPrefix("Max open files") }.map {
       $0.split(separator: " ", omittingEmptySubsequences: true).joined(separator: " ")
     } ?? "?"
 }
 
-/// The state field of /proc/<pid>/stat (R, S, D, ...), or "?".
+/// The state of process `pid` (R, S, D, ...), or "?".
 private func processState(_ pid: pid_t) -> String {
-  let text = procText("/proc/\(pid)/stat")
-  guard let close = text.lastIndex(of: ")") else { return "?" }
-  return text[text.index(after: close)...].split(separator: " ").first.map(String.init) ?? "?"
-}
-
-/// A small /proc file's text, or "".
-private func procText(_ path: String) -> String {
-  let fd = open(path, O_RDONLY | O_CLOEXEC)
-  guard fd >= 0 else { return "" }
-  defer { close(fd) }
-  var buffer = [UInt8](repeating: 0, count: 8192)
-  let n = read(fd, &buffer, buffer.count)
-  return n > 0 ? String(decoding: buffer[..<n], as: UTF8.self) : ""
+  statFields(pid).first.map(String.init) ?? "?"
 }
 
 /// The number after `prefix` at the start of a line of `text`, or -1.

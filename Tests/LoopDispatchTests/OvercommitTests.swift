@@ -370,16 +370,6 @@ private func taskIDs() -> [String] {
   return ids
 }
 
-/// The first 4 KiB of a small file, or "".
-private func readSmallFile(_ path: String) -> String {
-  let fd = open(path, O_RDONLY | O_CLOEXEC)
-  guard fd >= 0 else { return "" }
-  defer { close(fd) }
-  var buffer = [UInt8](repeating: 0, count: 4_096)
-  let n = read(fd, &buffer, buffer.count)
-  return n > 0 ? String(decoding: buffer[..<n], as: UTF8.self) : ""
-}
-
 extension String {
   fileprivate func trimmingSuffix(_ suffix: String) -> String {
     hasSuffix(suffix) ? String(dropLast(suffix.count)) : self

@@ -207,15 +207,6 @@ func countPidfds(of pid: pid_t) -> Int {
   }.count
 }
 
-private func readSmallFile(_ path: String) -> String {
-  let fd = open(path, O_RDONLY | O_CLOEXEC)
-  guard fd >= 0 else { return "" }
-  defer { close(fd) }
-  var buffer = [UInt8](repeating: 0, count: 4096)
-  let count = read(fd, &buffer, buffer.count)
-  return count > 0 ? String(decoding: buffer[0..<count], as: UTF8.self) : ""
-}
-
 /// How many of this process's descriptors are links to `target` (for example
 /// `anon_inode:[pidfd]`), read from /proc/self/fd.
 func countDescriptors(linkingTo target: String) -> Int {
