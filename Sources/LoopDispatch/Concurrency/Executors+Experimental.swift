@@ -85,14 +85,17 @@ final class DefaultPoolExecutor: TaskExecutor, SchedulingExecutor, @unchecked Se
     PoolExecutor.shared.enqueue(job)
   }
 
-  /// Runs `job` on the pool no earlier than `delay` from now, timed by the service loop.
+  /// Runs `job` on the pool no earlier than `delay` from now, timed by the service loop and
+  /// handed to the pool early enough that a worker's wake-up is not part of the delay
+  /// (`EarlyHandOff`).
   func enqueue<C: Clock>(
     _ job: consuming ExecutorJob, after delay: C.Duration, tolerance: C.Duration?, clock: C
   ) {
     let deadline = Deadline.now + Self.duration(delay, of: clock)
     let job = UnownedJob(job)
-    ServiceLoop.shared.schedule(at: deadline) { [self] in
-      PoolExecutor.shared.enqueue(job, on: asUnownedTaskExecutor())
+    let executor = asUnownedTaskExecutor()
+    EarlyHandOff.sleeps.run(at: deadline.uptimeNanoseconds, priority: Priority(job.priority)) {
+      job.runSynchronously(on: executor)
     }
   }
 
