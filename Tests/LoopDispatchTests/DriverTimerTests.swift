@@ -326,6 +326,46 @@ import Testing
     #expect(early.current == 0)
   }
 
+  /// The coalescing window ("Coalescing" in `DriverTimers.swift`): 20 µs while the poller is
+  /// on time, twice the firing within 20–100 µs once an expiry found its earliest timer more
+  /// than 100 µs late.
+  @Test func theCoalescingWindowWidensOnlyBehindTheDeadlines() {
+    let window = DriverTimers.coalescingWindow(afterFiringFor:lag:)
+    // On time (or less late than 100 µs): the event loop's 20 µs, however long the firing.
+    #expect(window(80_000, 0) == 20_000)
+    #expect(window(80_000, 100_000) == 20_000)
+    // Behind: twice the firing, within 20 and 100 µs.
+    #expect(window(30_000, 100_001) == 60_000)
+    #expect(window(5_000, 2_000_000) == 20_000)
+    #expect(window(70_000, 2_000_000) == 100_000)
+  }
+
+  /// A burst far denser than the poller can fire one expiry at a time (50k timers within
+  /// 10 ms on the global queue: an expiry with its `timerfd_settime` and a worker's wake-up
+  /// costs tens of µs here) puts it behind, and the window widens; every timer still runs
+  /// once and none early.
+  @Test func aBurstThePollerFallsBehindOnWidensTheWindowAndLosesNoTimer() throws {
+    let timers = try #require(DriverTimers.shared)
+    let before = timers.widenedWindows.load(ordering: .relaxed)
+    let count = 50_000
+    let ran = Counter()
+    let early = Counter()
+    let done = Latch()
+    let queue = Queue.global()
+    let start = Deadline.now + .milliseconds(2)
+    for index in 0..<count {
+      let deadline = start + .nanoseconds(Int64(index * 200))  // 10 ms in all.
+      queue.after(deadline: deadline) {
+        if Deadline.now < deadline { early.increment() }
+        if ran.increment() == count { done.open() }
+      }
+    }
+    #expect(done.wait())
+    #expect(ran.current == count)
+    #expect(early.current == 0)
+    #expect(timers.widenedWindows.load(ordering: .relaxed) > before)
+  }
+
   /// `dispatch_after_f`'s form (a C function and its context) runs inline too.
   @Test func aCFunctionTimerRunsOnAnIdleSerialQueue() {
     final class Box: Sendable {

@@ -28,9 +28,8 @@ import Synchronization
 ///    (up to `maxPasses`) pops them without a timerfd round trip; otherwise re-arm the
 ///    descriptor for the new earliest deadline with one `timerfd_settime`, or leave it
 ///    expired (a one-shot timerfd does not fire again) if no timer waits: a lone timer costs
-///    no system call here at all. The deadline armed obeys the event loop's coalescing rule
-///    (``EventLoop/timerCoalescingNanoseconds``): not closer than 20 µs to this expiry, never
-///    before the deadline.
+///    no system call here at all. The deadline armed is never before the deadline, nor closer
+///    to this expiry than the coalescing window (see "Coalescing").
 /// 3. Outside the lock, under `firing`: each popped timer's work is claimed (the timer wins
 ///    it unless `cancel()` came first). All of it is grouped per queue and submitted in one
 ///    batch per queue (`TimerFireBatch`, as the service loop did), except the last claimed
@@ -60,6 +59,24 @@ import Synchronization
 /// next. Whichever thread holds the poller role pays the spin: about the delay's variation
 /// per early timer (a few µs to tens), never the time the timer waited. Deadlines and
 /// `armedDeadline` stay the true ones; only the descriptor's instant moves.
+///
+/// Coalescing: after an expiry, the descriptor is not armed sooner than the window after it:
+/// the event loop's 20 µs (``EventLoop/timerCoalescingNanoseconds``), or, after an expiry
+/// that found its earliest due timer more than `maxCoalescing` (100 µs) late, twice as long as
+/// firing that expiry took, within 20 and 100 µs (`coalescingWindow`). Why: on these VMs an
+/// expiry costs the poller far more than the timers it pops (a `timerfd_settime` is tens of
+/// µs with interrupts off, the wake-up of a worker for the batch as much: `perf`, 17% and 11%
+/// of all samples of the C `after_dense` row, 100k `after`s over 200 ms). With a fixed 20 µs
+/// such a burst kept the poller expiring back to back and behind its deadlines by
+/// milliseconds; under a 1-CPU quota the process was throttled for most of the run (p99
+/// lateness 61 ms against libdispatch's 70). A poller that is behind gains nothing from a
+/// short window: the timers it would fire early are late already, and each expiry it saves
+/// is CPU the burst needs. Widened only then, the window costs timers that are on time
+/// nothing: the Swift `timers` row (100k over 500 ms) keeps its p50 lateness, where a window
+/// widened at every expiry (measured too) cut its CPU per timer by 28% but added 10–15 µs to
+/// its p50. Sparse timers are never touched: a deadline further than the window from the last
+/// expiry is armed exactly. GCD allows far more: libdispatch gives every `dispatch_after` a
+/// leeway of a tenth of its delay, at least 1 ms.
 ///
 /// Scheduling (any thread, `schedule`), as the event loop's `add` does it: the timer is pushed
 /// onto `pending`, a lock-free stack linked through the timers (`nextPendingInsertion`), and
@@ -116,6 +133,12 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
   private var armedDeadline: UInt64 = 0
   /// Protected by: `lock`. The clock reading of the last expiry (the coalescing window).
   private var lastExpiry: UInt64 = 0
+  /// Protected by: `lock`. How soon after the last expiry the next may come
+  /// (`coalescingWindow`; see "Coalescing" above).
+  private var coalescing = EventLoop.timerCoalescingNanoseconds
+  /// Protected by: `lock`. How far behind its earliest due timer the last expiry's first pass
+  /// was (0 if none was due).
+  private var expiryLag: UInt64 = 0
   /// Protected by: `lock`. When the timerfd is set early for a far deadline, and what it
   /// learnt of the wake-up delay (`EarlyWake`; see "Waking early" below).
   private var earlyWake = EarlyWake()
@@ -143,6 +166,9 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
   let inlineCount = Atomic<UInt64>(0)
   /// Atomic. Expiries of a timerfd set early ("Waking early"), for tests.
   let earlyWakes = Atomic<UInt64>(0)
+  /// Atomic. Expiries after which the coalescing window was wider than 20 µs ("Coalescing"),
+  /// for tests.
+  let widenedWindows = Atomic<UInt64>(0)
 
   /// How early the timerfd is set before a deadline far enough away, in ns (for tests).
   var wakeAdvanceNanoseconds: UInt64 { lock.withLock { _ in earlyWake.advance } }
@@ -212,7 +238,7 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
     heap.dropRemovedFirst()
     guard let first = heap.firstDeadline, first != .max else { return }
     // Coalescing as in step 2; never earlier than the deadline.
-    let wanted = max(first, lastExpiry &+ EventLoop.timerCoalescingNanoseconds, 1)
+    let wanted = max(first, lastExpiry &+ coalescing, 1)
     if armedDeadline != 0 && armedDeadline <= wanted { return }
     arm(wanted)
   }
@@ -252,6 +278,18 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
   /// pass, without a timerfd round trip (never before their deadline), as the event loop's
   /// `fireTimerPasses` does; bounded so that the poller returns to `epoll_wait`.
   static let maxPasses = 4
+
+  /// The widest coalescing window: the most a dense burst's timers wait for the next expiry.
+  static let maxCoalescing: UInt64 = 100_000
+
+  /// The coalescing window after an expiry whose firing took `firing` ns and whose earliest
+  /// due timer was `lag` ns late: 20 µs unless `lag` exceeds `maxCoalescing`; then twice the
+  /// firing, so that a poller behind its deadlines spends at most about a third of its time
+  /// expiring, within 20 µs and `maxCoalescing`.
+  static func coalescingWindow(afterFiringFor firing: UInt64, lag: UInt64) -> UInt64 {
+    guard lag > maxCoalescing else { return EventLoop.timerCoalescingNanoseconds }
+    return min(max(2 &* firing, EventLoop.timerCoalescingNanoseconds), maxCoalescing)
+  }
 
   func ownedDescriptorFired(_ registration: OwnedRegistration, events: UInt32) {
     waitForEarliestDeadline()
@@ -321,7 +359,10 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
       insertPending()
       let now = Deadline.now.uptimeNanoseconds
       // The coalescing window counts from the expiry, not from a later pass.
-      if startsExpiry { lastExpiry = now }
+      if startsExpiry {
+        lastExpiry = now
+        expiryLag = heap.firstDeadline.map { now > $0 ? now - $0 : 0 } ?? 0
+      }
       while let first = heap.firstDeadline, first <= now {
         let (timer, wasRemoved) = heap.popFirst()
         if wasRemoved { continue }  // Cancelled: its work is released; drop the timer.
@@ -348,6 +389,13 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
       // timer due at or after it is pushed and filed by the loop below, and a transient 0
       // would only send schedulers to the lock, to wait for this thread.
       armedDeadline = 0
+      // Timed from the expiry's first clock reading (popDue), so an early wake's spin is not
+      // counted: that is waiting, not firing.
+      coalescing = Self.coalescingWindow(
+        afterFiringFor: Deadline.now.uptimeNanoseconds &- lastExpiry, lag: expiryLag)
+      if coalescing > EventLoop.timerCoalescingNanoseconds {
+        widenedWindows.wrappingAdd(1, ordering: .relaxed)
+      }
       armForEarliest()
       if armedDeadline == 0 {
         // Nothing armed. Sequentially consistent: the poller's store of the Dekker pair.
