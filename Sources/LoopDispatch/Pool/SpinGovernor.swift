@@ -23,8 +23,10 @@ import Synchronization
 ///    and leaves its core to whoever is waiting for it.
 /// 3. A spinner samples at spin entry, at most once per `sampleIntervalNanoseconds`, and only
 ///    the one that takes `sampling`: at most 100 samples a second, each one `pread` per file on
-///    descriptors opened once. Nothing samples while no worker spins (workers spin only right
-///    after a job), so an idle process reads nothing and wakes nothing. The spin path itself
+///    descriptors opened once. The one-shot waits (`SpinAdmission`) and the scheduling of an
+///    early `Task.sleep` hand-off (`EarlyHandOff`) ask too, under the same bound. Nothing
+///    samples while nothing spins, waits or sleeps (workers spin only right after a job), so
+///    an idle process reads nothing and wakes nothing. The spin path itself
 ///    reads a clock (vDSO, no system call) and two atomics.
 ///
 /// Memory order: `pressuredUntil` and `nextSample` are hints, loaded and stored relaxed. A stale
@@ -89,8 +91,8 @@ final class SpinGovernor: @unchecked Sendable {
     buffer.deallocate()
   }
 
-  /// The process's governor, shared by the pool's spins and the one-shot waits
-  /// (`WaitSpin`), which consult it without starting the pool.
+  /// The process's governor, shared by the pool's spins, the one-shot waits (`SpinAdmission`)
+  /// and `EarlyHandOff`, which consult it without starting the pool.
   static let process = forProcess(budget: CPUBudget.current)
 
   /// The governor of this process: its cgroup's pressure file (else the system's), and the
@@ -115,7 +117,8 @@ final class SpinGovernor: @unchecked Sendable {
   }
 
   /// Whether spins should be short at `now` (`Deadline` nanoseconds); samples the files
-  /// first when a sample is due. Called by a spinner at spin entry.
+  /// first when a sample is due. Called by a spinner at spin entry, and by the users named at
+  /// `process`.
   @inline(__always)
   func isPressured(now: UInt64) -> Bool {
     #if DEBUG

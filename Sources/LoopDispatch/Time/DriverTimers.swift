@@ -74,8 +74,13 @@ import Synchronization
 /// is CPU the burst needs. Widened only then, the window costs timers that are on time
 /// nothing: the Swift `timers` row (100k over 500 ms) keeps its p50 lateness, where a window
 /// widened at every expiry (measured too) cut its CPU per timer by 28% but added 10–15 µs to
-/// its p50. Sparse timers are never touched: a deadline further than the window from the last
-/// expiry is armed exactly. GCD allows far more: libdispatch gives every `dispatch_after` a
+/// its p50. The firing is timed from the expiry's first clock reading to the re-arm (the
+/// `timerfd_settime` itself is not in it), so a behind poller fires about half the time. The
+/// lag is judged against the earliest due timer, which in a dense stream came due while the
+/// last window ran: once widened, the window stays wide while the stream stays dense (a timer
+/// due during a 100 µs window plus the wake-up is over 100 µs late), and narrows when the
+/// timers thin out. Sparse timers are never touched: a deadline further than the window from
+/// the last expiry is armed exactly. GCD allows far more: libdispatch gives every `dispatch_after` a
 /// leeway of a tenth of its delay, at least 1 ms.
 ///
 /// Scheduling (any thread, `schedule`), as the event loop's `add` does it: the timer is pushed
@@ -100,7 +105,8 @@ import Synchronization
 /// cancelled before `remove` runs). The work itself was released by `DelayedWork.cancel()`
 /// before, so the closure never waits for the heap.
 ///
-/// Who may touch what: the heap, `armedDeadline` and `lastExpiry` under `lock`; `pending`
+/// Who may touch what: the heap, `armedDeadline`, `lastExpiry`, `coalescing` and `expiryLag`
+/// under `lock`; `pending`
 /// and `armedForSchedulers` are atomics; the fire scratch (`FireScratch`) under `firing`,
 /// which only the poller-role holder takes; the counters are atomics; the rest is immutable.
 ///
@@ -284,7 +290,7 @@ final class DriverTimers: OwnedDescriptorWatcher, @unchecked Sendable {
 
   /// The coalescing window after an expiry whose firing took `firing` ns and whose earliest
   /// due timer was `lag` ns late: 20 µs unless `lag` exceeds `maxCoalescing`; then twice the
-  /// firing, so that a poller behind its deadlines spends at most about a third of its time
+  /// firing, so that a poller behind its deadlines spends at most about half of its time
   /// expiring, within 20 µs and `maxCoalescing`.
   static func coalescingWindow(afterFiringFor firing: UInt64, lag: UInt64) -> UInt64 {
     guard lag > maxCoalescing else { return EventLoop.timerCoalescingNanoseconds }

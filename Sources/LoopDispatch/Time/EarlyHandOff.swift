@@ -14,16 +14,25 @@ import Synchronization
 /// 1. `run(at:priority:_:)` with a deadline at least `minimumDelay` away, on a pool of more
 ///    than one CPU and a machine that is not loaded (`SpinGovernor`), sets a service-loop timer
 ///    for `deadline − lead`; when it fires, the body goes to the pool wrapped with its deadline
-///    and the instant it was handed over. Otherwise the timer is set for the deadline itself
-///    (lead 0), as a plain timer would be: no spin on a single core, which the spinner would
-///    take from the thread it waits for, nor on a loaded machine.
-/// 2. The worker that takes the body (early or not) folds the hand-off's delay (taken − handed over) into
-///    `lead`: the newest delay weighs 1/8, and none counts for more than `maxLead`.
+///    and the instant the timer was set for. Otherwise the timer is set for the deadline
+///    itself (lead 0), as a plain timer would be: no spin on a single core, which the spinner
+///    would take from the thread it waits for, nor on a loaded machine.
+/// 2. The worker that takes the body (early or not) folds the delay from the instant the
+///    timer was set for to its own start into `lead`, so the service loop's own lateness
+///    counts too (it does not wake early for deadlines under 500 µs apart, `EarlyWake`): the
+///    newest delay weighs 1/8 (`EarlyWake.averaged`). A delay over `maxLead` is
+///    not learnt: a wake-up takes 30–70 µs here, so the job waited behind others (a busy
+///    pool) or its worker was preempted, and neither says how early the next hand-off should
+///    come (learnt, such delays would hold the lead at the cap, and every hand-off to an idle
+///    pool would then spin up to 100 µs; `EarlyWake` learnt the same lesson).
 /// 3. It then spins until the deadline if that is still ahead and runs the body: never before
 ///    the deadline. The service loop never fires a timer early, so a hand-off is at most the
-///    lead it was timed with (≤ `maxLead`) ahead of its deadline; a deadline further ahead than
-///    that (only a clock that stepped back could do it) goes back to the service loop, timed for
-///    the deadline itself.
+///    lead it was timed with (≤ `maxLead`) ahead of its deadline. A deadline further ahead than
+///    that cannot happen with the monotonic clock all of this reads; as a defence, such a body
+///    goes back to the service loop, timed for the deadline itself.
+///
+/// The machine's load is judged when the sleep is scheduled (rule 1), not again at the spin:
+/// a machine that became loaded meanwhile costs one spin of at most `maxLead`.
 ///
 /// Cost: a worker spins `lead − delay` when its hand-off came quicker than the average, and holds
 /// no lock while it does; a pool busy with other work takes the body late and does not spin.
@@ -50,8 +59,9 @@ final class EarlyHandOff: Sendable {
   private let hasSpareCore: Bool
   /// A fixed lead instead of the learnt one (tests), or nil.
   private let fixedLead: UInt64?
-  /// Atomic, figures: bodies a worker started early and held until their deadline (rule 3),
-  /// and bodies sent back to the service loop.
+  /// Atomic, figures: bodies timed early (rule 1), bodies a worker started early and held
+  /// until their deadline (rule 3), and bodies sent back to the service loop.
+  let handedEarly = Atomic<UInt64>(0)
   let spins = Atomic<UInt64>(0)
   let retimed = Atomic<UInt64>(0)
 
@@ -73,6 +83,7 @@ final class EarlyHandOff: Sendable {
     var early: UInt64 = 0
     if hasSpareCore && deadline > now && deadline - now >= Self.minimumDelay && !isPressured() {
       early = lead
+      if early > 0 { handedEarly.wrappingAdd(1, ordering: .relaxed) }
     }
     // Lead 0 times the hand-off for the deadline itself; its delay is learnt all the same, so
     // a lead is there once the machine allows one.
@@ -105,15 +116,11 @@ final class EarlyHandOff: Sendable {
     body()
   }
 
-  /// Rule 2: folds one hand-off delay into the learnt lead.
+  /// Rule 2: folds one hand-off delay into the learnt lead (a delay over `maxLead` is not
+  /// learnt).
   func fold(delay: UInt64) {
-    let sample = Swift.min(delay, Self.maxLead)
+    guard delay <= Self.maxLead else { return }
     let old = learnt.load(ordering: .relaxed)
-    learnt.store(Self.folded(old, sample), ordering: .relaxed)
-  }
-
-  /// The average after one more sample: the newest weighs 1/8.
-  static func folded(_ average: UInt64, _ sample: UInt64) -> UInt64 {
-    sample >= average ? average + (sample - average) / 8 : average - (average - sample) / 8
+    learnt.store(EarlyWake.averaged(old, with: delay), ordering: .relaxed)
   }
 }

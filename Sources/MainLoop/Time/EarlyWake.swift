@@ -71,12 +71,18 @@ package struct EarlyWake {
       // waited, so it was busy, not asleep, when it expired.
       if sleptSince != 0 && sleptSince < armedExpiry {
         let delay = min(now - armedExpiry, Self.maxAdvance)
-        advance = (advance * 7 + delay) / 8
+        advance = Self.averaged(advance, with: delay)
       }
       armedExpiry = 0
     }
     defer { armedEarly = false }
     return armedEarly
+  }
+
+  /// A running average of delays after one more sample: the newest weighs 1/8 (here and in
+  /// LoopDispatch's `EarlyHandOff`). Delays are at most a few hundred µs, so nothing wraps.
+  package static func averaged(_ average: UInt64, with sample: UInt64) -> UInt64 {
+    (average &* 7 &+ sample) / 8
   }
 
   /// How far ahead a deadline may lie for a thread woken early to spin to it: `advance` and
