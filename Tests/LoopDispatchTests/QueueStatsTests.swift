@@ -253,9 +253,16 @@ import Testing
   @Test func serviceLoopCountsTimersAndEvents() throws {
     let beforeAll = RuntimeStats.current
     let before = beforeAll.serviceLoop
-    let fired = Latch()
-    Queue.global().after(.milliseconds(1)) { fired.open() }
-    #expect(fired.wait())
+    // An `after` whose deadline has passed by the time it is filed runs at once, not as a
+    // driver timer: a scheduler preempted for the whole delay (seen under TSan with a 1 ms
+    // delay) files nothing. So try a 20 ms delay up to five times, until one was fired by
+    // the driver; a counter that never moves still fails below.
+    for _ in 0..<5 {
+      let fired = Latch()
+      Queue.global().after(.milliseconds(20)) { fired.open() }
+      #expect(fired.wait())
+      if RuntimeStats.current.ioTimersFired > beforeAll.ioTimersFired { break }
+    }
     // Timer sources of non-main queues are the service loop's.
     let ticked = Latch()
     let timer = TimerSource(queue: Queue(label: "stats.timer"))
