@@ -42,7 +42,8 @@ import Testing
   @Test func stallAboveAFifthOfTheTimeIsPressureAndLastsTheHold() {
     let file = Scratch()
     file.set(Self.pressure(stall: 1_000))
-    let governor = SpinGovernor(pressurePath: file.path, loadPath: nil, throttlePath: nil, cpus: 2)
+    let governor = SpinGovernor(
+      pressurePath: file.path, loadPath: nil, throttlePath: nil, machineCPUs: 2)
     #expect(!governor.isPressured(now: Self.start))  // First sample: nothing to compare.
     // 5 ms of stall in 10 ms: a half.
     file.set(Self.pressure(stall: 6_000))
@@ -56,7 +57,8 @@ import Testing
   @Test func littleStallIsNotPressure() {
     let file = Scratch()
     file.set(Self.pressure(stall: 0))
-    let governor = SpinGovernor(pressurePath: file.path, loadPath: nil, throttlePath: nil, cpus: 2)
+    let governor = SpinGovernor(
+      pressurePath: file.path, loadPath: nil, throttlePath: nil, machineCPUs: 2)
     #expect(!governor.isPressured(now: Self.start))
     // 1.5 ms of stall in 10 ms: under a fifth.
     file.set(Self.pressure(stall: 1_500))
@@ -67,7 +69,8 @@ import Testing
   @Test func samplesComeAtMostOncePerInterval() {
     let file = Scratch()
     file.set(Self.pressure(stall: 0))
-    let governor = SpinGovernor(pressurePath: file.path, loadPath: nil, throttlePath: nil, cpus: 2)
+    let governor = SpinGovernor(
+      pressurePath: file.path, loadPath: nil, throttlePath: nil, machineCPUs: 2)
     for step in 0..<100 { _ = governor.isPressured(now: Self.start + UInt64(step) * 100_000) }
     // 100 calls over 10 ms: the first samples, the next due at start + 10 ms is not reached.
     #expect(governor.samples.load(ordering: .relaxed) == 1)
@@ -78,7 +81,8 @@ import Testing
   @Test func aThrottledQuotaIsPressure() {
     let stat = Scratch()
     stat.set("nr_periods 10\nnr_throttled 3\nthrottled_time 500\n")
-    let governor = SpinGovernor(pressurePath: nil, loadPath: nil, throttlePath: stat.path, cpus: 1)
+    let governor = SpinGovernor(
+      pressurePath: nil, loadPath: nil, throttlePath: stat.path, machineCPUs: 1)
     #expect(!governor.isPressured(now: Self.start))
     stat.set("nr_periods 12\nnr_throttled 3\nthrottled_time 500\n")
     #expect(!governor.isPressured(now: Self.start + 10 * Self.millisecond))
@@ -86,18 +90,44 @@ import Testing
     #expect(governor.isPressured(now: Self.start + 20 * Self.millisecond))
   }
 
+  /// A process whose own threads are one more than the CPUs (a producer, a worker and the
+  /// spinner, on two) stalls itself about a half of the time: with the runnable count at the
+  /// CPUs plus one, that stall is not pressure; one task more, and it is.
+  @Test func stallWithAtMostOneTaskMoreThanTheCPUsIsNotPressure() {
+    let file = Scratch()
+    file.set(Self.pressure(stall: 0))
+    let load = Scratch()
+    load.set("2.90 2.10 1.80 3/97 24242\n")
+    let governor = SpinGovernor(
+      pressurePath: file.path, loadPath: load.path, throttlePath: nil, machineCPUs: 2)
+    #expect(governor.openFiles == 2)
+    #expect(!governor.isPressured(now: Self.start))
+    // 5 ms of stall in 10 ms, 3 runnable tasks on 2 CPUs: our own.
+    file.set(Self.pressure(stall: 5_000))
+    #expect(!governor.isPressured(now: Self.start + 10 * Self.millisecond))
+    // The same stall again, now with 4 runnable: someone waits beside the spinner.
+    file.set(Self.pressure(stall: 10_000))
+    load.set("3.40 2.20 1.80 4/98 24250\n")
+    #expect(governor.isPressured(now: Self.start + 20 * Self.millisecond))
+    // Many runnable tasks but almost no stall: not pressure (the count is one instant).
+    file.set(Self.pressure(stall: 10_500))
+    load.set("3.40 2.20 1.80 9/98 24250\n")
+    #expect(!governor.isPressured(now: Self.start + 80 * Self.millisecond))
+  }
+
   @Test func withoutPressureFilesMoreRunnableTasksThanCPUsIsPressure() {
     let load = Scratch()
     load.set("0.20 1.04 2.33 2/94 24242\n")
     let governor = SpinGovernor(
-      pressurePath: "/nonexistent/cpu.pressure", loadPath: load.path, throttlePath: nil, cpus: 2)
+      pressurePath: "/nonexistent/cpu.pressure", loadPath: load.path, throttlePath: nil,
+      machineCPUs: 2)
     #expect(!governor.isPressured(now: Self.start))
     load.set("3.10 1.50 2.33 5/97 24250\n")
     #expect(governor.isPressured(now: Self.start + 10 * Self.millisecond))
   }
 
   @Test func aPreemptedSpinIsPressureForTheHold() {
-    let governor = SpinGovernor(pressurePath: nil, loadPath: nil, throttlePath: nil, cpus: 2)
+    let governor = SpinGovernor(pressurePath: nil, loadPath: nil, throttlePath: nil, machineCPUs: 2)
     #expect(!governor.isPressured(now: Self.start))
     governor.notePreempted(now: Self.start + Self.millisecond)
     #expect(governor.isPressured(now: Self.start + 2 * Self.millisecond))
@@ -108,13 +138,14 @@ import Testing
     let file = Scratch()
     file.set(Self.pressure(stall: 0))
     let governor = SpinGovernor(
-      pressurePath: file.path, loadPath: nil, throttlePath: nil, cpus: 2, enabled: false)
+      pressurePath: file.path, loadPath: nil, throttlePath: nil, machineCPUs: 2, enabled: false)
     #expect(!governor.isPressured(now: Self.start))
     file.set(Self.pressure(stall: 9_000))  // 9 ms of stall in 10 ms.
     #expect(!governor.isPressured(now: Self.start + 10 * Self.millisecond))
     #expect(governor.samples.load(ordering: .relaxed) == 0)
     #expect(governor.openFiles == 0)
-    let enabled = SpinGovernor(pressurePath: file.path, loadPath: nil, throttlePath: nil, cpus: 2)
+    let enabled = SpinGovernor(
+      pressurePath: file.path, loadPath: nil, throttlePath: nil, machineCPUs: 2)
     #expect(enabled.openFiles == 1)
   }
 

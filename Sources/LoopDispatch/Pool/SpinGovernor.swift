@@ -10,10 +10,19 @@ import Synchronization
 /// 1. Signs of a loaded machine, any one of:
 ///    (a) CPU pressure: the stall time of the pressure file (PSI `some` `total`, in µs: time in
 ///        which at least one runnable task waited for a CPU) grew by more than
-///        `stallShareLimit` of the wall time since the last sample. The file is the process's
-///        cgroup v2 `cpu.pressure` where there is one, else the system's `/proc/pressure/cpu`.
-///        Without PSI (a kernel built without it, or booted with `psi=0`): the runnable count
-///        in `/proc/loadavg` exceeds the CPUs the pool is sized for.
+///        `stallShareLimit` of the wall time since the last sample, and the machine has more
+///        runnable tasks than one per CPU plus one (`/proc/loadavg`'s runnable count, which
+///        includes the sampling spinner, over the machine's online CPUs). The file is the
+///        process's cgroup v2 `cpu.pressure` where there is one, else the system's
+///        `/proc/pressure/cpu`. Without PSI (a kernel built without it, or booted with
+///        `psi=0`): the runnable count alone.
+///        Why the count: a process whose own threads are one more than the CPUs (a producer,
+///        a worker running its jobs and the spinner, on two CPUs) stalls its own tasks a half
+///        of the time, and PSI cannot tell those stalls from a neighbour's. Counted as
+///        pressure, they made every worker park at once and the producer pay a futex wake-up
+///        per hand-off: 1M capturing closures from the main thread cost 432–480 ns each
+///        against 305–374 with spins left alone (this 2-CPU VM, where a wake-up is a few µs).
+///        A neighbour per CPU keeps the count above the slack, whatever our threads do.
 ///    (b) The CPU quota throttled the process: `nr_throttled` in the `cpu.stat` of the cgroup
 ///        whose quota sized the pool (`CPUBudget.quotaDirectory`) grew.
 ///    (c) A spinner saw a time jump inside its spin (`notePreempted`): the kernel ran
@@ -65,7 +74,8 @@ final class SpinGovernor: @unchecked Sendable {
   private let pressureFD: Int32
   private let loadFD: Int32
   private let throttleFD: Int32
-  private let cpus: Int
+  /// The machine's online CPUs: what `/proc/loadavg`'s runnable count is measured against.
+  private let machineCPUs: Int
   // Sample state: the holder of `sampling` only.
   private var lastStall: UInt64?
   private var lastThrottled: UInt64?
@@ -73,17 +83,19 @@ final class SpinGovernor: @unchecked Sendable {
   private let buffer = UnsafeMutablePointer<UInt8>.allocate(capacity: bufferSize)
   private static let bufferSize = 512
 
-  /// A governor reading the given files (nil or unreadable: that sign is not used).
+  /// A governor reading the given files (nil or unreadable: that sign is not used; without
+  /// the load file, a pressure file's stall alone is pressure). `machineCPUs` defaults to
+  /// the online CPUs.
   init(
-    pressurePath: String?, loadPath: String?, throttlePath: String?, cpus: Int,
+    pressurePath: String?, loadPath: String?, throttlePath: String?, machineCPUs: Int? = nil,
     enabled: Bool = true
   ) {
     isEnabled = enabled
     // Disabled: nothing is opened (nor ever read).
     pressureFD = enabled ? Self.openForReading(pressurePath) : -1
-    loadFD = enabled && pressureFD < 0 ? Self.openForReading(loadPath) : -1
+    loadFD = enabled ? Self.openForReading(loadPath) : -1
     throttleFD = enabled ? Self.openForReading(throttlePath) : -1
-    self.cpus = Swift.max(1, cpus)
+    self.machineCPUs = Swift.max(1, machineCPUs ?? sysconf(Int32(_SC_NPROCESSORS_ONLN)))
   }
 
   deinit {
@@ -112,7 +124,7 @@ final class SpinGovernor: @unchecked Sendable {
     }
     return SpinGovernor(
       pressurePath: pressure, loadPath: "/proc/loadavg",
-      throttlePath: budget.quotaDirectory.map { $0 + "/cpu.stat" }, cpus: budget.cpus,
+      throttlePath: budget.quotaDirectory.map { $0 + "/cpu.stat" },
       enabled: getenv("LOOPDISPATCH_SPIN_GOVERNOR").map { String(cString: $0) } != "0")
   }
 
@@ -166,13 +178,12 @@ final class SpinGovernor: @unchecked Sendable {
       if let last = lastStall, stall > last,
         (stall - last) &* 1000 &* Self.stallShareDivisor > elapsed
       {
-        sign = true
+        // Unknown (no load file): the stall alone decides, as before the count was read.
+        sign = moreRunnableThanCPUsPlusOne() ?? true
       }
       lastStall = stall
-    } else if loadFD >= 0, let running = readNumber(loadFD, after: " ", occurrence: 2) {
-      // "0.20 1.04 2.33 2/94 24242": the fourth field's first number counts runnable tasks,
-      // this sampler among them.
-      if running > UInt64(cpus) { sign = true }
+    } else if let excess = moreRunnableThanCPUsPlusOne() {
+      sign = excess
     }
     if throttleFD >= 0, let throttled = readNumber(throttleFD, after: "nr_throttled ") {
       if let last = lastThrottled, throttled > last { sign = true }
@@ -184,6 +195,16 @@ final class SpinGovernor: @unchecked Sendable {
       signs.wrappingAdd(1, ordering: .relaxed)
       pressuredUntil.store(now &+ Self.holdNanoseconds, ordering: .relaxed)
     }
+  }
+
+  /// Whether `/proc/loadavg` counts more runnable tasks than the machine's CPUs plus one
+  /// (sign (a)); nil without the file. "0.20 1.04 2.33 2/94 24242": the fourth field's first
+  /// number counts runnable tasks, this sampler among them. Sampler only.
+  private func moreRunnableThanCPUsPlusOne() -> Bool? {
+    guard loadFD >= 0, let running = readNumber(loadFD, after: " ", occurrence: 2) else {
+      return nil
+    }
+    return running > UInt64(machineCPUs + 1)
   }
 
   /// The decimal number right after occurrence `occurrence` (0: the first) of `marker` in
