@@ -256,7 +256,9 @@ import Testing
     // An `after` whose deadline has passed by the time it is filed runs at once, not as a
     // driver timer: a scheduler preempted for the whole delay (seen under TSan with a 1 ms
     // delay) files nothing. So try a 20 ms delay up to five times, until one was fired by
-    // the driver; a counter that never moves still fails below.
+    // the driver; a counter that never moves still fails below. (The count is the
+    // process's: another suite's timer may move it too, which can only make this pass, not
+    // fail; the driver-timer suites count their own timers.)
     for _ in 0..<5 {
       let fired = Latch()
       Queue.global().after(.milliseconds(20)) { fired.open() }

@@ -115,15 +115,33 @@ import Testing
     #expect(!governor.isPressured(now: Self.start + 80 * Self.millisecond))
   }
 
-  @Test func withoutPressureFilesMoreRunnableTasksThanCPUsIsPressure() {
+  /// A process confined to some of the CPUs (`stallNeedsRunnableCount` false) goes by the
+  /// stall alone: the machine-wide count would hide its few busy CPUs among idle ones.
+  @Test func aProcessConfinedToSomeCPUsGoesByTheStallAlone() {
+    let file = Scratch()
+    file.set(Self.pressure(stall: 0))
+    let load = Scratch()
+    load.set("2.90 2.10 1.80 3/97 24242\n")
+    let governor = SpinGovernor(
+      pressurePath: file.path, loadPath: load.path, throttlePath: nil, machineCPUs: 64,
+      stallNeedsRunnableCount: false)
+    #expect(!governor.isPressured(now: Self.start))
+    file.set(Self.pressure(stall: 5_000))
+    #expect(governor.isPressured(now: Self.start + 10 * Self.millisecond))
+  }
+
+  @Test func withoutPressureFilesMoreRunnableTasksThanCPUsPlusOneIsPressure() {
     let load = Scratch()
     load.set("0.20 1.04 2.33 2/94 24242\n")
     let governor = SpinGovernor(
       pressurePath: "/nonexistent/cpu.pressure", loadPath: load.path, throttlePath: nil,
       machineCPUs: 2)
     #expect(!governor.isPressured(now: Self.start))
+    // Three runnable on two CPUs: the spinner and one more, not pressure.
+    load.set("2.10 1.04 2.33 3/95 24245\n")
+    #expect(!governor.isPressured(now: Self.start + 10 * Self.millisecond))
     load.set("3.10 1.50 2.33 5/97 24250\n")
-    #expect(governor.isPressured(now: Self.start + 10 * Self.millisecond))
+    #expect(governor.isPressured(now: Self.start + 20 * Self.millisecond))
   }
 
   @Test func aPreemptedSpinIsPressureForTheHold() {

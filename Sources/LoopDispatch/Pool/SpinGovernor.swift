@@ -4,25 +4,29 @@ import Synchronization
 /// Whether a worker's spin pays on this machine now, or is CPU taken from someone who needs it.
 ///
 /// A spin wins a hand-off when the spinner has a core nobody else wants: the next job arrives
-/// and starts without a futex wake-up. When other threads wait for a CPU (a busy neighbour
-/// process, our own producer, a CPU quota spent), every spinning microsecond is taken from
-/// them, and a spinner the kernel preempts helps nobody. Walk-through:
+/// and starts without a futex wake-up. When other processes' threads wait for a CPU (a busy
+/// neighbour), or the CPU quota is spent, every spinning microsecond is taken from them, and a
+/// spinner the kernel preempts helps nobody. Walk-through:
 /// 1. Signs of a loaded machine, any one of:
 ///    (a) CPU pressure: the stall time of the pressure file (PSI `some` `total`, in µs: time in
 ///        which at least one runnable task waited for a CPU) grew by more than
-///        `stallShareLimit` of the wall time since the last sample, and the machine has more
-///        runnable tasks than one per CPU plus one (`/proc/loadavg`'s runnable count, which
-///        includes the sampling spinner, over the machine's online CPUs). The file is the
-///        process's cgroup v2 `cpu.pressure` where there is one, else the system's
-///        `/proc/pressure/cpu`. Without PSI (a kernel built without it, or booted with
-///        `psi=0`): the runnable count alone.
+///        `stallShareLimit` of the wall time since the last sample, and `/proc/loadavg`
+///        counts more runnable tasks (the sampling spinner among them) than the machine's
+///        online CPUs + 1. The file is the process's cgroup v2 `cpu.pressure` where there is
+///        one, else the system's `/proc/pressure/cpu`. Without PSI (a kernel built without
+///        it, or booted with `psi=0`): the runnable count alone. A process whose affinity
+///        leaves out some online CPUs (a cpuset, `taskset`) skips the count and goes by the
+///        stall alone: the count is the whole machine's, and a few busy CPUs of ours would
+///        hide among many idle ones.
 ///        Why the count: a process whose own threads are one more than the CPUs (a producer,
 ///        a worker running its jobs and the spinner, on two CPUs) stalls its own tasks a half
 ///        of the time, and PSI cannot tell those stalls from a neighbour's. Counted as
 ///        pressure, they made every worker park at once and the producer pay a futex wake-up
 ///        per hand-off: 1M capturing closures from the main thread cost 432–480 ns each
-///        against 305–374 with spins left alone (this 2-CPU VM, where a wake-up is a few µs).
-///        A neighbour per CPU keeps the count above the slack, whatever our threads do.
+///        against 305–374 with spins left alone (a 2-CPU VM, where a wake-up is a few µs).
+///        A neighbour per CPU keeps the count above the slack, whatever our threads do. The
+///        price: one busy neighbour beside our producer and spinner on two CPUs is 3
+///        runnable tasks, which counts as calm, so the spinner then competes with it.
 ///    (b) The CPU quota throttled the process: `nr_throttled` in the `cpu.stat` of the cgroup
 ///        whose quota sized the pool (`CPUBudget.quotaDirectory`) grew.
 ///    (c) A spinner saw a time jump inside its spin (`notePreempted`): the kernel ran
@@ -76,6 +80,9 @@ final class SpinGovernor: @unchecked Sendable {
   private let throttleFD: Int32
   /// The machine's online CPUs: what `/proc/loadavg`'s runnable count is measured against.
   private let machineCPUs: Int
+  /// Whether a PSI stall counts only with the runnable count over `machineCPUs + 1` (sign
+  /// (a)); false for a process that may not run on every online CPU.
+  private let stallNeedsRunnableCount: Bool
   // Sample state: the holder of `sampling` only.
   private var lastStall: UInt64?
   private var lastThrottled: UInt64?
@@ -85,17 +92,19 @@ final class SpinGovernor: @unchecked Sendable {
 
   /// A governor reading the given files (nil or unreadable: that sign is not used; without
   /// the load file, a pressure file's stall alone is pressure). `machineCPUs` defaults to
-  /// the online CPUs.
+  /// the online CPUs; `stallNeedsRunnableCount` false lets a stall be pressure whatever the
+  /// count (a process confined to some of the CPUs).
   init(
     pressurePath: String?, loadPath: String?, throttlePath: String?, machineCPUs: Int? = nil,
-    enabled: Bool = true
+    stallNeedsRunnableCount: Bool = true, enabled: Bool = true
   ) {
     isEnabled = enabled
     // Disabled: nothing is opened (nor ever read).
     pressureFD = enabled ? Self.openForReading(pressurePath) : -1
     loadFD = enabled ? Self.openForReading(loadPath) : -1
     throttleFD = enabled ? Self.openForReading(throttlePath) : -1
-    self.machineCPUs = Swift.max(1, machineCPUs ?? sysconf(Int32(_SC_NPROCESSORS_ONLN)))
+    self.machineCPUs = Swift.max(1, machineCPUs ?? Self.onlineCPUs)
+    self.stallNeedsRunnableCount = stallNeedsRunnableCount
   }
 
   deinit {
@@ -125,6 +134,7 @@ final class SpinGovernor: @unchecked Sendable {
     return SpinGovernor(
       pressurePath: pressure, loadPath: "/proc/loadavg",
       throttlePath: budget.quotaDirectory.map { $0 + "/cpu.stat" },
+      stallNeedsRunnableCount: budget.affinityCPUs >= onlineCPUs,
       enabled: getenv("LOOPDISPATCH_SPIN_GOVERNOR").map { String(cString: $0) } != "0")
   }
 
@@ -178,8 +188,8 @@ final class SpinGovernor: @unchecked Sendable {
       if let last = lastStall, stall > last,
         (stall - last) &* 1000 &* Self.stallShareDivisor > elapsed
       {
-        // Unknown (no load file): the stall alone decides, as before the count was read.
-        sign = moreRunnableThanCPUsPlusOne() ?? true
+        // Confined to some CPUs, or the count unknown (no load file): the stall alone.
+        sign = !stallNeedsRunnableCount || (moreRunnableThanCPUsPlusOne() ?? true)
       }
       lastStall = stall
     } else if let excess = moreRunnableThanCPUsPlusOne() {
@@ -196,6 +206,9 @@ final class SpinGovernor: @unchecked Sendable {
       pressuredUntil.store(now &+ Self.holdNanoseconds, ordering: .relaxed)
     }
   }
+
+  /// The online CPUs (`sysconf`), at least 1.
+  static var onlineCPUs: Int { Swift.max(1, sysconf(Int32(_SC_NPROCESSORS_ONLN))) }
 
   /// Whether `/proc/loadavg` counts more runnable tasks than the machine's CPUs plus one
   /// (sign (a)); nil without the file. "0.20 1.04 2.33 2/94 24242": the fourth field's first
