@@ -167,6 +167,19 @@ import Testing
     #expect(enabled.openFiles == 1)
   }
 
+  /// The process's governor asks for the runnable count only when the process may run on
+  /// every online CPU: with an affinity mask that leaves some out, the machine-wide count
+  /// says nothing about the CPUs it has.
+  @Test func theProcessGovernorGoesByTheStallAloneWhenConfinedToSomeCPUs() {
+    let online = SpinGovernor.onlineCPUs
+    let everyCPU = CPUBudget(cpus: online, source: .affinity, affinityCPUs: online)
+    #expect(SpinGovernor.forProcess(budget: everyCPU).stallNeedsRunnableCount)
+    if online > 1 {
+      let confined = CPUBudget(cpus: 1, source: .affinity, affinityCPUs: 1)
+      #expect(!SpinGovernor.forProcess(budget: confined).stallNeedsRunnableCount)
+    }
+  }
+
   @Test func theProcessGovernorReadsThisMachinesFiles() {
     // Whatever the load, a sample of the real files completes and is counted.
     let governor = SpinGovernor.forProcess(budget: WorkerPool.shared.budget)

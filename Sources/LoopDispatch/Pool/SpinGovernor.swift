@@ -81,8 +81,8 @@ final class SpinGovernor: @unchecked Sendable {
   /// The machine's online CPUs: what `/proc/loadavg`'s runnable count is measured against.
   private let machineCPUs: Int
   /// Whether a PSI stall counts only with the runnable count over `machineCPUs + 1` (sign
-  /// (a)); false for a process that may not run on every online CPU.
-  private let stallNeedsRunnableCount: Bool
+  /// (a)); false for a process that may not run on every online CPU. (Read by tests.)
+  let stallNeedsRunnableCount: Bool
   // Sample state: the holder of `sampling` only.
   private var lastStall: UInt64?
   private var lastThrottled: UInt64?
