@@ -36,46 +36,76 @@ import Testing
   }
 
   #if DEBUG
-    /// A producer parked between the exchange that publishes its node and the store that
-    /// links it to the older nodes (a debug hook): the drainer that takes the list must wait
-    /// there for the link, then run every item, in order. (Preemption in that window is
-    /// rare; a lost link would drop every older item.)
-    @Test func aDrainerWaitsForAProducerBetweenItsExchangeAndItsLink() {
-      let queue = Queue(label: "link-window")
-      // Only touched on `queue`, which runs one item at a time.
-      let order = Shared([Int]())
-      queue.suspend()
-      for item in 0..<3 { queue.async { order.value.append(item) } }
-      let producer = Atomic<UInt>(0)
-      let claimed = Atomic<Bool>(false)
-      let parked = Latch()
-      let release = Latch()
-      SerialLinkHooks.setPause {
-        guard pthread_self() == producer.load(ordering: .acquiring),
-          claimed.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged
-        else { return }
-        parked.open()
-        _ = release.wait()
+    /// The tests that set the pause hook (one process-wide slot), one at a time.
+    @Suite(.serialized) struct LinkWindow {
+      /// A producer parked between the exchange that publishes its node and the store that
+      /// links it to the older nodes (a debug hook): the drainer that takes the list must wait
+      /// there for the link, then run every item, in order. (Preemption in that window is
+      /// rare; a lost link would drop every older item.)
+      @Test func aDrainerWaitsForAProducerBetweenItsExchangeAndItsLink() {
+        let queue = Queue(label: "link-window")
+        // Only touched on `queue`, which runs one item at a time.
+        let order = Shared([Int]())
+        queue.suspend()
+        for item in 0..<3 { queue.async { order.value.append(item) } }
+        let producer = Atomic<UInt>(0)
+        let claimed = Atomic<Bool>(false)
+        let parked = Latch()
+        let release = Latch()
+        SerialLinkHooks.setPause {
+          guard pthread_self() == producer.load(ordering: .acquiring),
+            claimed.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged
+          else { return }
+          parked.open()
+          _ = release.wait()
+        }
+        defer { SerialLinkHooks.setPause(nil) }
+        let thread = startThread {
+          producer.store(pthread_self(), ordering: .releasing)
+          queue.async { order.value.append(3) }
+        }
+        #expect(parked.wait())
+        for item in 4..<7 { queue.async { order.value.append(item) } }
+        let waitsBefore = SerialLinkHooks.linkWaits.load(ordering: .relaxed)
+        queue.resume()
+        let deadline = Deadline.now + .seconds(10)
+        while SerialLinkHooks.linkWaits.load(ordering: .relaxed) == waitsBefore
+          && Deadline.now < deadline
+        {
+          sched_yield()
+        }
+        #expect(SerialLinkHooks.linkWaits.load(ordering: .relaxed) > waitsBefore)
+        release.open()
+        pthread_join(thread, nil)
+        #expect(queue.sync { order.value } == Array(0..<7))
       }
-      defer { SerialLinkHooks.setPause(nil) }
-      let thread = startThread {
-        producer.store(pthread_self(), ordering: .releasing)
-        queue.async { order.value.append(3) }
+
+      /// The pause hook, read by every push while set, is the same function at the 2000th
+      /// push as at the first: the hook runs at the same stack depth on the pushing thread.
+      /// (Read through `withLock { $0 }`, each read wrapped the stored hook in two more
+      /// thunks, so the last push ran it 4000 frames deeper, and a test's hook read at every
+      /// drain grew until releasing it overflowed a worker's stack: `LockedValue.load()`.)
+      @Test func theHookIsTheSameFunctionAfterManyPushes() {
+        let queue = Queue(label: "hook-depth")
+        let pusher = pthread_self()
+        let depths = Shared([UInt]())
+        SerialLinkHooks.setPause {
+          // Only the test's thread appends, between pushes it makes.
+          if pthread_equal(pthread_self(), pusher) != 0 {
+            depths.value.append(currentStackAddress())
+          }
+        }
+        queue.suspend()
+        for _ in 0..<2000 { queue.async {} }
+        SerialLinkHooks.setPause(nil)
+        queue.resume()
+        queue.sync {}
+        #expect(depths.value.count == 2000)
+        let first = depths.value.first ?? 0
+        let last = depths.value.last ?? 0
+        let deeperBy = first > last ? first - last : 0
+        #expect(deeperBy < 16 * 1024, "the 2000th push ran its hook \(deeperBy) bytes deeper")
       }
-      #expect(parked.wait())
-      for item in 4..<7 { queue.async { order.value.append(item) } }
-      let waitsBefore = SerialLinkHooks.linkWaits.load(ordering: .relaxed)
-      queue.resume()
-      let deadline = Deadline.now + .seconds(10)
-      while SerialLinkHooks.linkWaits.load(ordering: .relaxed) == waitsBefore
-        && Deadline.now < deadline
-      {
-        sched_yield()
-      }
-      #expect(SerialLinkHooks.linkWaits.load(ordering: .relaxed) > waitsBefore)
-      release.open()
-      pthread_join(thread, nil)
-      #expect(queue.sync { order.value } == Array(0..<7))
     }
 
     /// A queue that is empty when its drain checks the budget at its last item, and refilled

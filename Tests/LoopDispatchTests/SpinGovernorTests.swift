@@ -195,6 +195,13 @@ import Testing
     /// nothing and parks, unless other work arrives), in the order they ended. `perturb`
     /// runs at every check, with the check's number in its spin.
     static func spins(rounds: Int, perturb: (@Sendable (Int) -> Void)? = nil) -> [Int] {
+      withPoolProbeHookTurn { spinsHoldingTheHook(rounds: rounds, perturb: perturb) }
+    }
+
+    /// `spins`, holding the turn to set `PoolProbe`'s hook.
+    private static func spinsHoldingTheHook(
+      rounds: Int, perturb: (@Sendable (Int) -> Void)?
+    ) -> [Int] {
       let counts = LockedCounts()
       let parked = Semaphore(value: 0)
       PoolProbe.setHook(for: [.spin, .park, .take]) { step in

@@ -57,6 +57,13 @@ import Testing
   private func contextCountsAroundSubmission(
     _ submit: (consuming @escaping @Sendable () -> Void) -> Void
   ) -> (before: Int, during: Int) {
+    withPoolProbeHookTurn { contextCountsAroundSubmissionWithTheHook(submit) }
+  }
+
+  /// `contextCountsAroundSubmission`, holding the turn to set `PoolProbe`'s hook.
+  private func contextCountsAroundSubmissionWithTheHook(
+    _ submit: (consuming @escaping @Sendable () -> Void) -> Void
+  ) -> (before: Int, during: Int) {
     let mayFinish = Latch()
     let work: @Sendable () -> Void = { _ = mayFinish.wait(seconds: 60) }
     guard let context = ClosureHolder(work: work).context else {

@@ -35,3 +35,12 @@ public func processStatusKilobytes(of pid: pid_t, field: String) -> Int {
   }
   return -1
 }
+
+/// An address in the caller's stack frame (of a local in a frame of its own): two calls from
+/// the same thread differ by how much deeper one of them was called.
+@inline(never)
+public func currentStackAddress() -> UInt {
+  var marker: UInt8 = 0
+  // Unsafe pointer: only its address is kept, never dereferenced.
+  return withUnsafeMutablePointer(to: &marker) { UInt(bitPattern: $0) }
+}

@@ -71,7 +71,7 @@ func poolProbe(_ step: PoolStep) {
     static func reach(_ step: PoolStep) {
       if chaos.load(ordering: .relaxed) { perturb() }
       guard armed.load(ordering: .relaxed) & 1 << UInt32(step.rawValue) != 0,
-        let hook = hook.withLock({ $0 })
+        let hook = hook.load()
       else { return }
       hook(step)
     }

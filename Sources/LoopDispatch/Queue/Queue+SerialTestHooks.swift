@@ -23,7 +23,7 @@ import Synchronization
 
     @inline(__always)
     static func betweenExchangeAndLink() {
-      guard armed.load(ordering: .relaxed), let hook = pause.withLock({ $0 }) else { return }
+      guard armed.load(ordering: .relaxed), let hook = pause.load() else { return }
       hook()
     }
   }
@@ -49,7 +49,7 @@ import Synchronization
 
     @inline(__always)
     static func afterBudgetCheck(of queue: Queue, ran: Int) {
-      guard armed.load(ordering: .relaxed), let hook = observer.withLock({ $0 }) else { return }
+      guard armed.load(ordering: .relaxed), let hook = observer.load() else { return }
       hook(queue, ran)
     }
 
@@ -68,7 +68,7 @@ import Synchronization
 
     @inline(__always)
     static func afterTake(of queue: Queue) {
-      guard takeArmed.load(ordering: .relaxed), let hook = taken.withLock({ $0 }) else { return }
+      guard takeArmed.load(ordering: .relaxed), let hook = taken.load() else { return }
       hook(queue)
     }
   }

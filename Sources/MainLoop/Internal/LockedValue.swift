@@ -33,7 +33,24 @@ package final class LockedValue<Value>: @unchecked Sendable {
     }
   }
 
-  /// Runs `body` with exclusive access to the value.
+  /// A copy of the value, read under the lock.
+  ///
+  /// The way to read a value that is a function (or an optional function): through
+  /// `withLock { $0 }` the caller's closure takes the value `inout` at its own, concrete
+  /// type, while the storage holds it at the generic type's abstraction, so each call wraps
+  /// the stored function in one more reabstraction thunk on the way in and another on the
+  /// way out, and writes the wrapped value back. In a debug build the stored value grows by
+  /// two thunks per read: each later call walks the whole chain, and releasing it recurses
+  /// once per thunk (a test hook read at every drain overflowed a worker's stack under
+  /// AddressSanitizer). Here the copy is made where the value's type is still generic, and
+  /// nothing is written back. `LockedValueTests` holds this.
+  @inline(__always)
+  package func load() -> Value {
+    withLock { $0 }
+  }
+
+  /// Runs `body` with exclusive access to the value. For a function-typed value, read with
+  /// `load()` instead (see there).
   @inline(__always)
   package func withLock<T, E: Error>(_ body: (inout Value) throws(E) -> T) throws(E) -> T {
     try storage.withUnsafeMutablePointers { (value, mutex) throws(E) -> T in
