@@ -10,8 +10,8 @@ import LoopDispatch
 /// 2. The fault, as in `ThreadFailureScenario.swift`: `RLIMIT_AS` just above the process's
 ///    size, so a new thread's stack cannot be mapped.
 /// 3. Two overcommit jobs block in `read` on the idle threads; 16 more are submitted: each
-///    submission's thread start is refused (one warning line, checked by the test), the jobs
-///    wait in the lane and none runs.
+///    submission's thread start is refused (one warning line per episode of refusals,
+///    checked by the test), the jobs wait in the lane and none runs.
 /// 4. The two blocked jobs are released: the two threads run all 16 jobs, each once.
 /// 5. The limit is restored: with the two threads blocked again, a new job gets a new thread.
 func overcommitThreadFailureScenario() {
@@ -76,6 +76,7 @@ func overcommitThreadFailureScenario() {
     fail("item \(wrong.index) ran \(wrong.count) times")
   }
   print("all \(items) items ran once on 2 overcommit threads under the fault")
+  print("refused overcommit starts in all: \(PoolDiagnostics.refusedWorkerStarts)")
 
   // 5. Recovery.
   fault.restore()

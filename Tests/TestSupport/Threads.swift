@@ -36,11 +36,28 @@ public func processStatusKilobytes(of pid: pid_t, field: String) -> Int {
   return -1
 }
 
-/// An address in the caller's stack frame (of a local in a frame of its own): two calls from
-/// the same thread differ by how much deeper one of them was called.
+/// The number of frames on the calling thread's stack, up to 4096 (glibc's `backtrace`, found
+/// with `dlsym`: the Glibc module does not export <execinfo.h>). Counted in frames, not
+/// bytes: under AddressSanitizer a local's address may be on its fake stack, not the thread's.
 @inline(never)
-public func currentStackAddress() -> UInt {
-  var marker: UInt8 = 0
-  // Unsafe pointer: only its address is kept, never dereferenced.
-  return withUnsafeMutablePointer(to: &marker) { UInt(bitPattern: $0) }
+public func currentStackDepth() -> Int {
+  let capacity: Int32 = 4096
+  let frames = UnsafeMutablePointer<UnsafeMutableRawPointer?>.allocate(capacity: Int(capacity))
+  // Unsafe pointer: a buffer of `capacity` slots, filled by `backtrace` and freed here.
+  defer { frames.deallocate() }
+  return Int(backtraceFunction(frames, capacity))
 }
+
+/// glibc's `backtrace(3)`.
+private let backtraceFunction:
+  @convention(c) (
+    UnsafeMutablePointer<UnsafeMutableRawPointer?>?, Int32
+  ) -> Int32 = {
+    guard let symbol = dlsym(nil, "backtrace") else { fatalError("glibc has no backtrace") }
+    // Safe: `backtrace` has this C signature: int backtrace(void **buffer, int size).
+    return unsafeBitCast(
+      symbol,
+      to: (@convention(c) (
+        UnsafeMutablePointer<UnsafeMutableRawPointer?>?, Int32
+      ) -> Int32).self)
+  }()
