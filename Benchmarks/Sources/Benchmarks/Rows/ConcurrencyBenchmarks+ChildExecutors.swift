@@ -44,6 +44,7 @@ extension ConcurrencyBenchmarks {
 
     var oursChild: String { "ld-installed-\(key)" }
     var rivalChild: String { "default-executors-\(key)" }
+    var floorChild: String { "runtime-floor-\(key)" }
 
     /// The two child modes, by the name passed after `--child`.
     var childModes: [String: @Sendable () -> Never] {
@@ -51,6 +52,7 @@ extension ConcurrencyBenchmarks {
       return [
         oursChild: { ChildExecutors.loopDispatch.run(body) },
         rivalChild: { ChildExecutors.swiftDefault.run(body) },
+        floorChild: { RuntimeFloor.run(body) },
       ]
     }
 
@@ -59,5 +61,9 @@ extension ConcurrencyBenchmarks {
 
     /// Runs the rival's child once and returns its measurement.
     func measureRival() -> Measurement { ChildProcess.measure(rivalChild) }
+
+    /// Runs the body on the one-thread inline executor (``RuntimeFloor``) and returns its
+    /// measurement.
+    func measureFloor() -> Measurement { ChildProcess.measure(floorChild) }
   }
 }

@@ -88,6 +88,21 @@ enum ConcurrencyBenchmarks {
           ours: InstalledTasks.taskGroup.measureOurs,
           rival: InstalledTasks.taskGroup.measureRival),
         Benchmark(
+          key: "spawnawaitfloor",
+          name:
+            "spawnawait on a one-thread inline executor: the runtime's own cost (child process)",
+          unit: "ns/task", direction: .lowerIsBetter, rivalName: "Swift default executors",
+          target: nil,
+          ours: InstalledTasks.spawnAndAwait.measureFloor,
+          rival: InstalledTasks.spawnAndAwait.measureRival),
+        Benchmark(
+          key: "taskgroupfloor",
+          name: "taskgroup on a one-thread inline executor: the runtime's own cost (child process)",
+          unit: "ns/child", direction: .lowerIsBetter, rivalName: "Swift default executors",
+          target: nil,
+          ours: InstalledTasks.taskGroup.measureFloor,
+          rival: InstalledTasks.taskGroup.measureRival),
+        Benchmark(
           key: "mainactorhops",
           name: "1M await MainActor.run {} from a task, installed (child process)",
           unit: "ns/round trip", direction: .lowerIsBetter, rivalName: "Swift default executors",
