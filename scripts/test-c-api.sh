@@ -39,6 +39,15 @@ grep -q "checks, 0 failures" "$out/suite.txt"
 grep -qxF 'queue "c.debug": debug line 5' "$out/suite-errors.txt"
 grep -qxF 'semaphore (initial value 3): semaphore line' "$out/suite-errors.txt"
 echo "ok c-api suite"
+# Serial queues beside neighbours (a debug library only: the verdict is forced through the
+# environment there). Threads keep their own names (no renaming to the queue's label), so
+# that an overcommit thread still reads ld.oc.* however long its drain took.
+if [ "${1:-}" = debug ]; then
+  LOOPDISPATCH_THREAD_NAMES=0 LOOPDISPATCH_TEST_NEIGHBOURS=1 \
+    timeout 60 "$out/capi_tests" neighbours yes
+  LOOPDISPATCH_THREAD_NAMES=0 LOOPDISPATCH_TEST_NEIGHBOURS=2 \
+    timeout 60 "$out/capi_tests" neighbours no
+fi
 
 expect_bug() {
   local name="$1" message="$2" status

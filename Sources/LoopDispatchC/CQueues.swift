@@ -52,6 +52,9 @@ public func cLoopdispatchQueueCreate(
   let text = label.map { String(cString: $0) } ?? ""
   let target = qos == 0 ? nil : Queue.global(priority(ofQoS: qos))
   let queue = Queue(label: text, attributes: attributes, target: target)
+  // As libdispatch's serial queues, which target the overcommit root queues: a thread of
+  // their own, here only while neighbours crowd the plain workers (`SpinGovernor`, step 4).
+  queue.drainsOnOvercommitBesideNeighbours = concurrent == 0
   queue.setSpecific(key: labelKey, value: CLabel(text))
   if qos != 0 {
     queue.setSpecific(

@@ -10,6 +10,7 @@
 #include <dispatch/private.h>
 #include <event2/event.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -1366,8 +1367,67 @@ static void on_main_before(void *context) {
   });
 }
 
+// ---- Serial queues beside neighbours ---------------------------------------------------------
+
+// The threads of this process named ld.oc.* (the overcommit workers), counted in /proc.
+static int overcommit_threads(void) {
+  DIR *tasks = opendir("/proc/self/task");
+  if (tasks == NULL) return -1;
+  int count = 0;
+  struct dirent *entry;
+  while ((entry = readdir(tasks)) != NULL) {
+    if (entry->d_name[0] == '.') continue;
+    char path[64], name[32] = {0};
+    snprintf(path, sizeof path, "/proc/self/task/%s/comm", entry->d_name);
+    FILE *file = fopen(path, "r");
+    if (file == NULL) continue;
+    if (fgets(name, sizeof name, file) != NULL && strncmp(name, "ld.oc.", 6) == 0) count++;
+    fclose(file);
+  }
+  closedir(tasks);
+  return count;
+}
+
+// Runs on the default global queue's behalf, wherever the drain ran: the queue an item sees
+// as current does not depend on the machine's load (a crash otherwise).
+static void note_ran(void *context) {
+  dispatch_assert_queue(dispatch_get_global_queue(0, 0));
+  dispatch_semaphore_signal((dispatch_semaphore_t)context);
+}
+
+// `capi_tests neighbours yes|no`, run with LOOPDISPATCH_TEST_NEIGHBOURS=1 or 2 (a debug
+// library's stand-in for the governor's verdict that other processes hold our CPUs): a serial
+// queue from dispatch_queue_create drains on an overcommit thread of its own beside
+// neighbours, as libdispatch's serial queues always do, and on the plain workers otherwise; a
+// concurrent queue's items stay on the plain workers either way; both see the default global
+// queue as current.
+static int neighbours(const char *expected) {
+  int want = strcmp(expected, "yes") == 0;
+  dispatch_semaphore_t ran = dispatch_semaphore_create(0);
+  dispatch_queue_t concurrent = dispatch_queue_create("c.neighbours.concurrent",
+                                                      DISPATCH_QUEUE_CONCURRENT);
+  dispatch_async_f(concurrent, ran, note_ran);
+  dispatch_semaphore_wait(ran, DISPATCH_TIME_FOREVER);
+  int before = overcommit_threads();
+  dispatch_queue_t serial = dispatch_queue_create("c.neighbours.serial", NULL);
+  dispatch_async_f(serial, ran, note_ran);
+  dispatch_semaphore_wait(ran, DISPATCH_TIME_FOREVER);
+  int after = overcommit_threads();
+  dispatch_release(serial);
+  dispatch_release(concurrent);
+  dispatch_release(ran);
+  if (before != 0 || (after > 0) != want) {
+    fprintf(stderr, "neighbours %s: %d overcommit threads before the serial item, %d after\n",
+            expected, before, after);
+    return 1;
+  }
+  printf("ok neighbours %s (%d overcommit thread(s))\n", expected, after);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "misuse") == 0) return misuse(argv[2]);
+  if (argc == 3 && strcmp(argv[1], "neighbours") == 0) return neighbours(argv[2]);
   setvbuf(stdout, NULL, _IOLBF, 0);
   test_serial_queue_order_and_sync();
   test_concurrent_queue_and_barriers();

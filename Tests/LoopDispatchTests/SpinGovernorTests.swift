@@ -115,6 +115,71 @@ import Testing
     #expect(!governor.isPressured(now: Self.start + 80 * Self.millisecond))
   }
 
+  /// `/proc/stat`'s first line with `busy` ticks of user time (10 ms each) and no other.
+  static func stat(busyTicks: UInt64) -> String {
+    "cpu  \(busyTicks) 0 0 5000 0 0 0 0 0 0\ncpu0 0 0 0 0 0 0 0 0 0 0\n"
+  }
+
+  /// Step 4: others' CPU time (the machine's busy time less the process's own) over a
+  /// quarter of a CPU through a 100 ms window in which the stall and the count said so is
+  /// neighbours; once believed, over an eighth goes on, and less does not. A process that
+  /// oversubscribes the machine by itself (busy time all its own) is never taken for one,
+  /// and a window that nothing sampled for long starts again believing nothing.
+  @Test func othersCPUTimeBesideAStallIsNeighbours() {
+    let file = Scratch()
+    file.set(Self.pressure(stall: 0))
+    let load = Scratch()
+    load.set("6.00 2.10 1.80 6/97 24242\n")
+    let stat = Scratch()
+    stat.set(Self.stat(busyTicks: 0))
+    let own = Atomic<UInt64>(0)
+    let governor = SpinGovernor(
+      pressurePath: file.path, loadPath: load.path, throttlePath: nil, machineCPUs: 2,
+      statPath: stat.path, processCPUTime: { own.load(ordering: .relaxed) })
+    #expect(governor.openFiles == 3)
+    let length = SpinGovernor.neighboursWindowNanoseconds
+    var now = Self.start
+    var stall: UInt64 = 0
+    var busy: UInt64 = 0
+    /// One more window (after `gap` ns with no sample): a half of it stalled, both CPUs
+    /// busy, `ours` CPUs of it ours.
+    func window(ours: Double, gap: UInt64 = 0) -> Bool {
+      now += gap + length
+      stall += (gap + length) / 2_000
+      busy += 2 * (gap + length) / 10_000_000
+      own.add(UInt64(Double(gap + length) * ours), ordering: .relaxed)
+      file.set(Self.pressure(stall: stall))
+      stat.set(Self.stat(busyTicks: busy))
+      return governor.neighboursTakeCPU(now: now)
+    }
+    #expect(!governor.neighboursTakeCPU(now: now))  // The first window starts.
+    // Our own threads hold both CPUs: not neighbours.
+    #expect(!window(ours: 2.0))
+    #expect(!window(ours: 1.95))
+    // Others take a half of a CPU: neighbours.
+    #expect(window(ours: 1.5))
+    // Our drains take more of the CPUs, others keep 0.15 of one: still believed.
+    #expect(window(ours: 1.85))
+    // Others gone: that window's verdict is no, but the last yes holds for two windows.
+    #expect(window(ours: 2.0))
+    #expect(!window(ours: 2.0))
+    // 0.15 of a CPU does not start the belief again.
+    #expect(!window(ours: 1.85))
+    // Believed again, then 0.10 of a CPU: no (the yes before it still holds), so that 0.15
+    // then no longer goes on.
+    #expect(window(ours: 1.5))
+    #expect(window(ours: 1.9))
+    #expect(!window(ours: 1.85))
+    // Believed, then nothing sampled for five windows: the late window gives no verdict
+    // and forgets the belief, so that 0.15 of a CPU right after it is not enough.
+    #expect(window(ours: 1.5))
+    #expect(!window(ours: 1.5, gap: 5 * length))
+    #expect(!window(ours: 1.85))
+    // Others' CPU time without the runnable count over the CPUs + 1: not neighbours.
+    load.set("1.00 2.10 1.80 2/97 24242\n")
+    #expect(!window(ours: 1.0))
+  }
+
   /// A process confined to some of the CPUs (`stallNeedsRunnableCount` false) goes by the
   /// stall alone: the machine-wide count would hide its few busy CPUs among idle ones.
   @Test func aProcessConfinedToSomeCPUsGoesByTheStallAlone() {

@@ -241,7 +241,8 @@ extension Worker {
     var finished: Int? = nil
     while let (job, priority) = pool.nextOvercommitJob(for: self, finished: finished) {
       pool.overcommitJobsStarted.wrappingAdd(1, ordering: .relaxed)
-      ThreadFrame.with(Queue.global(priority, overcommit: true), exclusive: false) { job.run() }
+      let shown = job.divertedFrom ?? Queue.global(priority, overcommit: true)
+      ThreadFrame.with(shown, exclusive: false) { job.run() }
       finished = priority.rawValue
     }
   }

@@ -31,6 +31,17 @@ enum PoolJob: Sendable {
   /// A Swift task's job for `PoolExecutor` or the installed default executor: run as that
   /// executor, with no closure around it (one allocation less per job).
   case task(UnownedJob, UnownedTaskExecutor)
+  /// A serial queue's drain sent to an overcommit lane instead of `root`, the plain global
+  /// queue it targets (`Queue.drainsOnOvercommitBesideNeighbours`). The overcommit worker
+  /// shows `root` as the current global queue while it runs (`divertedFrom`), so that what
+  /// the queue's items see (`dispatch_assert_queue`) does not depend on the machine's load.
+  case divertedDrain(Queue, from: Queue)
+
+  /// The plain global queue a `divertedDrain` came from, or nil.
+  var divertedFrom: Queue? {
+    if case .divertedDrain(_, let root) = self { return root }
+    return nil
+  }
 
   @inline(__always)
   func run() {
@@ -58,6 +69,7 @@ enum PoolJob: Sendable {
     case .task(let job, let executor):
       ThreadName.showOwnName()
       job.runSynchronously(on: executor)
+    case .divertedDrain(let queue, _): queue.runFromPool()
     }
   }
 }

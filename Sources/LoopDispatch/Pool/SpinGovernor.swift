@@ -38,12 +38,28 @@ import Synchronization
 ///    the one that takes `sampling`: at most 100 samples a second, each one `pread` per file on
 ///    descriptors opened once. The one-shot waits (`SpinAdmission`) and the scheduling of an
 ///    early `Task.sleep` hand-off (`EarlyHandOff`) ask too, under the same bound. Nothing
-///    samples while nothing spins, waits or sleeps (workers spin only right after a job), so
-///    an idle process reads nothing and wakes nothing. The spin path itself
+///    samples while nothing spins, waits or sleeps (workers spin only right after a job) and
+///    no C serial queue schedules a drain (step 4), so an idle process reads nothing and
+///    wakes nothing. The spin path itself
 ///    reads a clock (vDSO, no system call) and two atomics.
 ///
-/// Memory order: `pressuredUntil` and `nextSample` are hints, loaded and stored relaxed. A stale
-/// value makes one spin too long or too short, never loses work: the pool's wake-up protocol
+/// 4. Neighbours (`neighboursTakeCPU`), a narrower sign read by the C API's serial queues
+///    (`Queue.drainsOnOvercommitBesideNeighbours`): over a window of at least
+///    `neighboursWindowNanoseconds`, the stall grew by more than a fifth of it, the runnable
+///    count at its end was over the CPUs + 1, and others' CPU time, the machine's busy time
+///    (`/proc/stat`'s first line: user, nice, system, irq, softirq) less the process's own
+///    (`getrusage`, user + system), came to more than a quarter of a CPU. Once believed,
+///    more than an eighth goes on: the drains given threads of their own take some of the
+///    neighbours' share, and the verdict must not undo itself. A process that oversubscribes the machine by itself (four producers and a
+///    drainer on two CPUs) holds all the busy time and is not counted. The ticks are 10 ms,
+///    a tenth of a CPU over a window, hence the window's length and the quarter to start. A
+///    yes holds for two windows; a window that ran past four (nothing sampled meanwhile)
+///    starts again, believing nothing. A process confined to some of the CPUs never gets a
+///    yes: the busy time is the whole machine's. The files are read only when a window ends.
+///
+/// Memory order: `pressuredUntil`, `neighboursUntil` and `nextSample` are hints, loaded and
+/// stored relaxed. A stale value makes one spin too long or too short, or one drain take the
+/// other kind of thread; it never loses work: the pool's wake-up protocol
 /// (`WorkerPool+Parking.swift`) does not depend on how long a spin lasts. The sample state
 /// (`last…` fields, the buffer) belongs to the thread that holds `sampling` (acquiring on
 /// taking it, releasing on giving it back, so the next holder sees the last one's writes).
@@ -58,11 +74,16 @@ final class SpinGovernor: @unchecked Sendable {
   /// A gap this long between two clock readings of one spin (16 checks apart, well under a
   /// microsecond when the spinner runs) means the spinner was not running.
   static let preemptionGapNanoseconds: UInt64 = 50_000
+  /// Step 4 judges windows at least this long (ten of `/proc/stat`'s ticks per CPU), and
+  /// holds a yes for two of them.
+  static let neighboursWindowNanoseconds: UInt64 = 100_000_000
   /// Stall growth above this share of the elapsed time is pressure (1 in 5).
   static let stallShareDivisor: UInt64 = 5
 
   /// Atomic. Spins are short until this instant (`Deadline` nanoseconds).
   private let pressuredUntil = Atomic<UInt64>(0)
+  /// Atomic. Other processes hold CPUs of the process's budget until this instant (step 4).
+  private let neighboursUntil = Atomic<UInt64>(0)
   /// Atomic. The earliest instant of the next sample.
   private let nextSample = Atomic<UInt64>(0)
   /// Atomic. Held by the sampling thread.
@@ -78,12 +99,19 @@ final class SpinGovernor: @unchecked Sendable {
   private let pressureFD: Int32
   private let loadFD: Int32
   private let throttleFD: Int32
+  private let statFD: Int32
   /// The machine's online CPUs: what `/proc/loadavg`'s runnable count is measured against.
   private let machineCPUs: Int
   /// Whether a PSI stall counts only with the runnable count over `machineCPUs + 1` (sign
   /// (a)); false for a process that may not run on every online CPU. (Read by tests.)
   let stallNeedsRunnableCount: Bool
+  /// The process's CPU time so far, in ns (step 4); `getrusage` but in tests.
+  private let processCPUTime: @Sendable () -> UInt64
   // Sample state: the holder of `sampling` only.
+  /// Step 4's current window: its start, and the stall and own CPU time then.
+  private var neighboursWindow: (at: UInt64, stall: UInt64, ownCPU: UInt64, busyTicks: UInt64)?
+  /// The last window's verdict (the threshold of the next one depends on it).
+  private var neighboursBelieved = false
   private var lastStall: UInt64?
   private var lastThrottled: UInt64?
   private var lastSampleAt: UInt64 = 0
@@ -93,22 +121,27 @@ final class SpinGovernor: @unchecked Sendable {
   /// A governor reading the given files (nil or unreadable: that sign is not used; without
   /// the load file, a pressure file's stall alone is pressure). `machineCPUs` defaults to
   /// the online CPUs; `stallNeedsRunnableCount` false lets a stall be pressure whatever the
-  /// count (a process confined to some of the CPUs).
+  /// count (a process confined to some of the CPUs). `statPath` (`/proc/stat`) and
+  /// `processCPUTime` (default `getrusage`) are step 4's.
   init(
     pressurePath: String?, loadPath: String?, throttlePath: String?, machineCPUs: Int? = nil,
-    stallNeedsRunnableCount: Bool = true, enabled: Bool = true
+    stallNeedsRunnableCount: Bool = true, statPath: String? = nil,
+    processCPUTime: @escaping @Sendable () -> UInt64 = SpinGovernor.processCPUNanoseconds,
+    enabled: Bool = true
   ) {
     isEnabled = enabled
     // Disabled: nothing is opened (nor ever read).
     pressureFD = enabled ? Self.openForReading(pressurePath) : -1
     loadFD = enabled ? Self.openForReading(loadPath) : -1
     throttleFD = enabled ? Self.openForReading(throttlePath) : -1
+    statFD = enabled ? Self.openForReading(statPath) : -1
     self.machineCPUs = Swift.max(1, machineCPUs ?? Self.onlineCPUs)
     self.stallNeedsRunnableCount = stallNeedsRunnableCount
+    self.processCPUTime = processCPUTime
   }
 
   deinit {
-    for fd in [pressureFD, loadFD, throttleFD] where fd >= 0 { close(fd) }
+    for fd in [pressureFD, loadFD, throttleFD, statFD] where fd >= 0 { close(fd) }
     buffer.deallocate()
   }
 
@@ -135,6 +168,7 @@ final class SpinGovernor: @unchecked Sendable {
       pressurePath: pressure, loadPath: "/proc/loadavg",
       throttlePath: budget.quotaDirectory.map { $0 + "/cpu.stat" },
       stallNeedsRunnableCount: budget.affinityCPUs >= onlineCPUs,
+      statPath: "/proc/stat",
       enabled: getenv("LOOPDISPATCH_SPIN_GOVERNOR").map { String(cString: $0) } != "0")
   }
 
@@ -159,7 +193,39 @@ final class SpinGovernor: @unchecked Sendable {
     /// Debug builds, for tests of the spin: 1 every spin is pressured, 2 none is, 0 the files
     /// and the clock decide. Atomic (relaxed: a switch).
     package static let testOverride = Atomic<Int>(0)
+    /// Debug builds, for tests of `neighboursTakeCPU`: 1 true, 2 false, 0 the files decide.
+    /// Starts from `LOOPDISPATCH_TEST_NEIGHBOURS` (for the C API's tests, which cannot set
+    /// it). Atomic (relaxed: a switch).
+    package static let neighboursOverride = Atomic<Int>(
+      getenv("LOOPDISPATCH_TEST_NEIGHBOURS").flatMap { Int(String(cString: $0)) } ?? 0)
   #endif
+
+  /// Whether other processes hold CPUs of this process's budget now (step 4); samples the
+  /// files first when a sample is due. For the C API's serial queues
+  /// (`Queue.drainsOnOvercommitBesideNeighbours`), at each drain they schedule.
+  @inline(__always)
+  func neighboursTakeCPU(now: UInt64) -> Bool {
+    #if DEBUG
+      switch Self.neighboursOverride.load(ordering: .relaxed) {
+      case 1: return true
+      case 2: return false
+      default: break
+      }
+    #endif
+    guard isEnabled else { return false }
+    if now >= nextSample.load(ordering: .relaxed) { sampleIfFree(now: now) }
+    return now < neighboursUntil.load(ordering: .relaxed)
+  }
+
+  /// The process's CPU time (user + system, every thread) in ns.
+  @Sendable static func processCPUNanoseconds() -> UInt64 {
+    var usage = rusage()
+    guard getrusage(RUSAGE_SELF.rawValue, &usage) == 0 else { return 0 }
+    let microseconds =
+      (Int64(usage.ru_utime.tv_sec) + Int64(usage.ru_stime.tv_sec)) * 1_000_000
+      + Int64(usage.ru_utime.tv_usec) + Int64(usage.ru_stime.tv_usec)
+    return UInt64(Swift.max(0, microseconds)) &* 1000
+  }
 
   /// A spinner saw a time jump at `now`: it was preempted (sign c).
   func notePreempted(now: UInt64) {
@@ -183,6 +249,7 @@ final class SpinGovernor: @unchecked Sendable {
     countSharedWrite(.spinGovernor, 2)
     let elapsed = now &- lastSampleAt
     var sign = false
+    var neighbours = false
     if pressureFD >= 0, let stall = readNumber(pressureFD, after: "total=") {
       // µs of stall against ns of wall: stall * 1000 * divisor > elapsed.
       if let last = lastStall, stall > last,
@@ -192,6 +259,7 @@ final class SpinGovernor: @unchecked Sendable {
         sign = !stallNeedsRunnableCount || (moreRunnableThanCPUsPlusOne() ?? true)
       }
       lastStall = stall
+      neighbours = neighboursWindowEnds(now: now, stall: stall)
     } else if let excess = moreRunnableThanCPUsPlusOne() {
       sign = excess
     }
@@ -205,7 +273,81 @@ final class SpinGovernor: @unchecked Sendable {
       signs.wrappingAdd(1, ordering: .relaxed)
       pressuredUntil.store(now &+ Self.holdNanoseconds, ordering: .relaxed)
     }
+    if neighbours {
+      countSharedWrite(.spinGovernor)
+      neighboursUntil.store(now &+ 2 &* Self.neighboursWindowNanoseconds, ordering: .relaxed)
+    }
   }
+
+  /// Step 4's verdict when a window of at least `neighboursWindowNanoseconds` ends at this
+  /// sample (false otherwise), and the next window starts. A window, not one sample's 10 ms:
+  /// `/proc/stat` counts in 10 ms ticks. Sampler only.
+  private func neighboursWindowEnds(now: UInt64, stall: UInt64) -> Bool {
+    // Confined to some CPUs: the machine's busy time includes CPUs the process cannot use.
+    guard stallNeedsRunnableCount else { return false }
+    if let start = neighboursWindow, now &- start.at < Self.neighboursWindowNanoseconds {
+      return false
+    }
+    guard let busyTicks = machineBusyTicks() else { return false }
+    let ownCPU = processCPUTime()
+    let start = neighboursWindow
+    neighboursWindow = (now, stall, ownCPU, busyTicks)
+    guard let start else { return false }
+    let length = now &- start.at
+    // Nothing sampled for four windows: a fresh start, believing nothing.
+    guard length <= 4 &* Self.neighboursWindowNanoseconds, stall >= start.stall,
+      ownCPU >= start.ownCPU, busyTicks >= start.busyTicks,
+      (stall - start.stall) &* 1000 &* Self.stallShareDivisor > length,
+      moreRunnableThanCPUsPlusOne() ?? false
+    else {
+      neighboursBelieved = false
+      return false
+    }
+    // Others' CPU time: the machine's busy time less our own. Over a quarter of a CPU to
+    // start believing in neighbours, over an eighth to go on: the drains given threads of
+    // their own take some of the neighbours' share, and the verdict must not undo itself.
+    // (A tick is 10 ms, a tenth of a CPU over a window: an eighth is more than one.)
+    let busy = (busyTicks - start.busyTicks) &* Self.nanosecondsPerTick
+    let own = ownCPU - start.ownCPU
+    let others = busy > own ? busy - own : 0
+    let verdict = others &* (neighboursBelieved ? 8 : 4) > length
+    neighboursBelieved = verdict
+    return verdict
+  }
+
+  /// The machine's busy CPU time so far, in clock ticks (`/proc/stat`'s first line: user,
+  /// nice, system, irq and softirq), or nil without the file. Sampler only.
+  private func machineBusyTicks() -> UInt64? {
+    guard statFD >= 0 else { return nil }
+    // Safe: `buffer` holds `bufferSize` bytes and belongs to the holder of `sampling`.
+    let count = pread(statFD, buffer, Self.bufferSize, 0)
+    guard count > 4 else { return nil }
+    let bytes = UnsafeBufferPointer(start: buffer, count: count)
+    // "cpu  user nice system idle iowait irq softirq steal ...": fields 0-2, 5 and 6.
+    var busy: UInt64 = 0
+    var field = 0
+    var position = 3
+    while field < 7 {
+      while position < bytes.count && bytes[position] == 32 { position += 1 }
+      var value: UInt64 = 0
+      var digits = 0
+      while position < bytes.count, bytes[position] >= 48, bytes[position] <= 57 {
+        value = value &* 10 &+ UInt64(bytes[position] - 48)
+        position += 1
+        digits += 1
+      }
+      guard digits > 0 else { return nil }
+      if field != 3 && field != 4 { busy &+= value }
+      field += 1
+    }
+    return busy
+  }
+
+  /// A clock tick of `/proc/stat` in ns (`_SC_CLK_TCK`, 100 a second on Linux).
+  private static let nanosecondsPerTick: UInt64 = {
+    let ticks = sysconf(Int32(_SC_CLK_TCK))
+    return ticks > 0 ? 1_000_000_000 / UInt64(ticks) : 10_000_000
+  }()
 
   /// The online CPUs (`sysconf`), at least 1.
   static var onlineCPUs: Int { Swift.max(1, sysconf(Int32(_SC_NPROCESSORS_ONLN))) }
@@ -252,8 +394,8 @@ final class SpinGovernor: @unchecked Sendable {
     return digits > 0 ? value : nil
   }
 
-  /// How many of the three files the governor holds open (for tests).
-  var openFiles: Int { [pressureFD, loadFD, throttleFD].filter { $0 >= 0 }.count }
+  /// How many of the four files the governor holds open (for tests).
+  var openFiles: Int { [pressureFD, loadFD, throttleFD, statFD].filter { $0 >= 0 }.count }
 
   private static func openForReading(_ path: String?) -> Int32 {
     guard let path else { return -1 }

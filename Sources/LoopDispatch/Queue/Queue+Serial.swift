@@ -19,7 +19,8 @@ import Synchronization
 /// 1. `async` pushes a node onto `incoming` (a sequentially consistent exchange, then the
 ///    link to the displaced node: see `serialEnqueue`), then `wakeUp()`
 ///    loads the state: if nothing holds the queue and it is neither suspended nor inactive,
-///    a CAS sets SCHEDULED and the queue hands its drain to its target.
+///    a CAS sets SCHEDULED and the queue hands its drain to its target (or, for a C serial
+///    queue beside busy neighbours, to an overcommit lane: `drainsOnOvercommitBesideNeighbours`).
 /// 2. The drainer (holding SCHEDULED) moves `incoming` into `backlog` (reversing it into
 ///    FIFO order) and runs items one by one, checking suspension after taking each (an
 ///    item taken while the queue is suspended goes back to the head of the backlog). After
@@ -131,9 +132,27 @@ extension Queue {
   func scheduleDrain(yielding: Bool = false) {
     if kind == .main {
       EventLoop.main.execute { [self] in drainSerial() }
+    } else if drainsOnOvercommitBesideNeighbours, let root = plainRootBesideNeighboursSlow() {
+      WorkerPool.shared.submitOvercommit(.divertedDrain(self, from: root), priority: root.priority)
     } else {
       target!.enqueueDrain(of: self, yielding: yielding)
     }
+  }
+
+  /// The plain global queue this serial queue targets, when its drain goes to the overcommit
+  /// queue of that priority instead (see `drainsOnOvercommitBesideNeighbours`); nil when the
+  /// target is not a plain global queue, the queue is wide (its drain only moves items on),
+  /// or no neighbour holds CPUs the process may use.
+  @inline(never)
+  private func plainRootBesideNeighboursSlow() -> Queue? {
+    guard targetIsRoot.load(ordering: .relaxed),
+      state.load(ordering: .relaxed) & SerialState.wide == 0
+    else { return nil }
+    let root = target!
+    guard case .root(_, overcommit: false) = root.kind,
+      WorkerPool.shared.spinGovernor.neighboursTakeCPU(now: Deadline.now.uptimeNanoseconds)
+    else { return nil }
+    return root
   }
 
   var serialHasPendingItems: Bool {

@@ -167,6 +167,14 @@ public final class Queue: @unchecked Sendable {
   /// runtime's own queues (an I/O channel's), which would otherwise cost a rename (`prctl`)
   /// on every hop through them. Set right after creation, before the queue is shared.
   var namesThreads = true
+  /// Whether this serial queue's drains go to the overcommit queue of its target's priority
+  /// while other processes hold CPUs of the process's budget (`SpinGovernor`, step 4) and
+  /// its target is a plain global queue: a drain then gets a thread of its own, as every
+  /// serial queue's does in libdispatch, instead of waiting for one of the plain workers the
+  /// neighbours already crowd. The C API's `dispatch_queue_create` sets it for serial queues
+  /// (<doc:ThreadingModel#Overcommit-queues>). Set right after creation, before the queue is
+  /// shared.
+  package var drainsOnOvercommitBesideNeighbours = false
   /// The label as a thread name (`ThreadName`), computed once: a worker draining the queue
   /// records it with two stores.
   let kernelName: KernelName
