@@ -178,15 +178,25 @@ final class SpinGovernor: @unchecked Sendable {
   @inline(__always)
   func isPressured(now: UInt64) -> Bool {
     #if DEBUG
-      switch Self.testOverride.load(ordering: .relaxed) {
-      case 1: return true
-      case 2: return false
-      default: break
-      }
+      verdict(
+        until: pressuredUntil, now: now, override: Self.testOverride.load(ordering: .relaxed))
+    #else
+      verdict(until: pressuredUntil, now: now)
     #endif
+  }
+
+  /// Whether `now` is before `until`, after a sample if one is due; an `override` of 1 or 2
+  /// (a debug build's test switch) answers instead: yes or no.
+  @inline(__always)
+  private func verdict(until: borrowing Atomic<UInt64>, now: UInt64, override: Int = 0) -> Bool {
+    switch override {
+    case 1: return true
+    case 2: return false
+    default: break
+    }
     guard isEnabled else { return false }
     if now >= nextSample.load(ordering: .relaxed) { sampleIfFree(now: now) }
-    return now < pressuredUntil.load(ordering: .relaxed)
+    return now < until.load(ordering: .relaxed)
   }
 
   #if DEBUG
@@ -206,15 +216,12 @@ final class SpinGovernor: @unchecked Sendable {
   @inline(__always)
   func neighboursTakeCPU(now: UInt64) -> Bool {
     #if DEBUG
-      switch Self.neighboursOverride.load(ordering: .relaxed) {
-      case 1: return true
-      case 2: return false
-      default: break
-      }
+      verdict(
+        until: neighboursUntil, now: now,
+        override: Self.neighboursOverride.load(ordering: .relaxed))
+    #else
+      verdict(until: neighboursUntil, now: now)
     #endif
-    guard isEnabled else { return false }
-    if now >= nextSample.load(ordering: .relaxed) { sampleIfFree(now: now) }
-    return now < neighboursUntil.load(ordering: .relaxed)
   }
 
   /// The process's CPU time (user + system, every thread) in ns.
