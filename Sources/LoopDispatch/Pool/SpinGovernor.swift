@@ -336,18 +336,26 @@ final class SpinGovernor: @unchecked Sendable {
     var position = 3
     while field < 7 {
       while position < bytes.count && bytes[position] == 32 { position += 1 }
-      var value: UInt64 = 0
-      var digits = 0
-      while position < bytes.count, bytes[position] >= 48, bytes[position] <= 57 {
-        value = value &* 10 &+ UInt64(bytes[position] - 48)
-        position += 1
-        digits += 1
-      }
-      guard digits > 0 else { return nil }
+      guard let value = Self.decimal(in: bytes, at: &position) else { return nil }
       if field != 3 && field != 4 { busy &+= value }
       field += 1
     }
     return busy
+  }
+
+  /// The decimal number at `position` in `bytes`, which moves past its digits; nil without
+  /// a digit there.
+  private static func decimal(in bytes: UnsafeBufferPointer<UInt8>, at position: inout Int)
+    -> UInt64?
+  {
+    var value: UInt64 = 0
+    var digits = 0
+    while position < bytes.count, bytes[position] >= 48, bytes[position] <= 57 {
+      value = value &* 10 &+ UInt64(bytes[position] - 48)
+      position += 1
+      digits += 1
+    }
+    return digits > 0 ? value : nil
   }
 
   /// A clock tick of `/proc/stat` in ns (`_SC_CLK_TCK`, 100 a second on Linux).
@@ -391,14 +399,7 @@ final class SpinGovernor: @unchecked Sendable {
         position += 1
       }
     }
-    var value: UInt64 = 0
-    var digits = 0
-    while position < bytes.count, bytes[position] >= 48, bytes[position] <= 57 {
-      value = value &* 10 &+ UInt64(bytes[position] - 48)
-      position += 1
-      digits += 1
-    }
-    return digits > 0 ? value : nil
+    return Self.decimal(in: bytes, at: &position)
   }
 
   /// How many of the four files the governor holds open (for tests).
