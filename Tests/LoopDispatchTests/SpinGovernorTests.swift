@@ -180,6 +180,28 @@ import Testing
     #expect(!window(ours: 1.0))
   }
 
+  /// A process confined to some of the CPUs never hears of neighbours from step 4: the busy
+  /// time of `/proc/stat` is the whole machine's, CPUs it cannot use included.
+  @Test func aProcessConfinedToSomeCPUsIsNeverToldOfNeighbours() {
+    let file = Scratch()
+    file.set(Self.pressure(stall: 0))
+    let load = Scratch()
+    load.set("6.00 2.10 1.80 6/97 24242\n")
+    let stat = Scratch()
+    stat.set(Self.stat(busyTicks: 0))
+    let governor = SpinGovernor(
+      pressurePath: file.path, loadPath: load.path, throttlePath: nil, machineCPUs: 2,
+      stallNeedsRunnableCount: false, statPath: stat.path, processCPUTime: { 0 })
+    #expect(!governor.neighboursTakeCPU(now: Self.start))
+    // A window with the stall, the count and both CPUs busy, none of it ours.
+    let length = SpinGovernor.neighboursWindowNanoseconds
+    file.set(Self.pressure(stall: length / 2_000))
+    stat.set(Self.stat(busyTicks: 2 * length / 10_000_000))
+    #expect(!governor.neighboursTakeCPU(now: Self.start + length))
+    // The stall alone still shortens spins there (sign (a)).
+    #expect(governor.isPressured(now: Self.start + length + 1))
+  }
+
   /// A process confined to some of the CPUs (`stallNeedsRunnableCount` false) goes by the
   /// stall alone: the machine-wide count would hide its few busy CPUs among idle ones.
   @Test func aProcessConfinedToSomeCPUsGoesByTheStallAlone() {

@@ -50,8 +50,9 @@ import Synchronization
 ///    (`/proc/stat`'s first line: user, nice, system, irq, softirq) less the process's own
 ///    (`getrusage`, user + system), came to more than a quarter of a CPU. Once believed,
 ///    more than an eighth goes on: the drains given threads of their own take some of the
-///    neighbours' share, and the verdict must not undo itself. A process that oversubscribes the machine by itself (four producers and a
-///    drainer on two CPUs) holds all the busy time and is not counted. The ticks are 10 ms,
+///    neighbours' share, and the verdict must not undo itself. A process that oversubscribes
+///    the machine by itself (four producers and a drainer on two CPUs) holds all the busy
+///    time and is not counted. The ticks are 10 ms,
 ///    a tenth of a CPU over a window, hence the window's length and the quarter to start. A
 ///    yes holds for two windows; a window that ran past four (nothing sampled meanwhile)
 ///    starts again, believing nothing. A process confined to some of the CPUs never gets a
@@ -82,7 +83,7 @@ final class SpinGovernor: @unchecked Sendable {
 
   /// Atomic. Spins are short until this instant (`Deadline` nanoseconds).
   private let pressuredUntil = Atomic<UInt64>(0)
-  /// Atomic. Other processes hold CPUs of the process's budget until this instant (step 4).
+  /// Atomic. Other processes take CPUs the process could use until this instant (step 4).
   private let neighboursUntil = Atomic<UInt64>(0)
   /// Atomic. The earliest instant of the next sample.
   private let nextSample = Atomic<UInt64>(0)
@@ -210,7 +211,7 @@ final class SpinGovernor: @unchecked Sendable {
       getenv("LOOPDISPATCH_TEST_NEIGHBOURS").flatMap { Int(String(cString: $0)) } ?? 0)
   #endif
 
-  /// Whether other processes hold CPUs of this process's budget now (step 4); samples the
+  /// Whether other processes take CPUs this process could use now (step 4); samples the
   /// files first when a sample is due. For the C API's serial queues
   /// (`Queue.drainsOnOvercommitBesideNeighbours`), at each drain they schedule.
   @inline(__always)

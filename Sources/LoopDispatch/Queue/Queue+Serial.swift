@@ -141,13 +141,10 @@ extension Queue {
 
   /// The plain global queue this serial queue targets, when its drain goes to the overcommit
   /// queue of that priority instead (see `drainsOnOvercommitBesideNeighbours`); nil when the
-  /// target is not a plain global queue, the queue is wide (its drain only moves items on),
-  /// or no neighbour holds CPUs the process may use.
+  /// target is not a plain global queue, or no neighbour holds CPUs the process may use.
   @inline(never)
   private func plainRootBesideNeighboursSlow() -> Queue? {
-    guard targetIsRoot.load(ordering: .relaxed),
-      state.load(ordering: .relaxed) & SerialState.wide == 0
-    else { return nil }
+    guard targetIsRoot.load(ordering: .relaxed) else { return nil }
     let root = target!
     guard case .root(_, overcommit: false) = root.kind,
       WorkerPool.shared.spinGovernor.neighboursTakeCPU(now: Deadline.now.uptimeNanoseconds)
