@@ -28,6 +28,51 @@ import Testing
         #expect(threadRunningAnItem(of: queue("neighbours.quiet", marked: true)) == "ld.worker.")
       }
 
+      /// Beside neighbours, at most `divertedDrainLimit` drains run on overcommit threads at
+      /// once; the rest take the plain workers. Each queue's one item blocks until all have
+      /// started, so every drain is in flight when the next is scheduled.
+      @Test func divertedDrainsAreCappedAndTheRestTakeThePlainWorkers() {
+        defer { SpinGovernor.neighboursOverride.store(0, ordering: .relaxed) }
+        SpinGovernor.neighboursOverride.store(1, ordering: .relaxed)
+        let pool = WorkerPool.shared
+        let extra = 2
+        let count = pool.divertedDrainLimit + extra
+        let queues = (0..<count).map { queue("neighbours.capped.\($0)", marked: true) }
+        let kinds = Locked<[String]>([])
+        let started = Counter()
+        let allStarted = Latch()
+        let gate = Latch()
+        let finished = Counter()
+        let allFinished = Latch()
+        for queue in queues {
+          queue.async {
+            let comm = TestSupport.readSmallFile("/proc/thread-self/comm")
+            kinds.withLock {
+              $0.append(["ld.oc.", "ld.worker."].first { comm.hasPrefix($0) } ?? comm)
+            }
+            if started.increment() == count { allStarted.open() }
+            _ = gate.wait()
+            if finished.increment() == count { allFinished.open() }
+          }
+        }
+        #expect(allStarted.wait())
+        #expect(pool.divertedDrains.load(ordering: .relaxed) == pool.divertedDrainLimit)
+        gate.open()
+        #expect(allFinished.wait())
+        let ran = kinds.value
+        #expect(ran.filter { $0 == "ld.oc." }.count == pool.divertedDrainLimit, "\(ran)")
+        #expect(ran.filter { $0 == "ld.worker." }.count == extra, "\(ran)")
+        // Each diverted drain gives its count back when its run returns, just after its item
+        // (a condition polled, with a deadline: the drains' last steps are not observable).
+        let deadline = Deadline.now.uptimeNanoseconds + 10_000_000_000
+        while pool.divertedDrains.load(ordering: .relaxed) != 0,
+          Deadline.now.uptimeNanoseconds < deadline
+        {
+          sched_yield()
+        }
+        #expect(pool.divertedDrains.load(ordering: .relaxed) == 0)
+      }
+
       private func queue(_ label: String, marked: Bool, target: Queue? = nil) -> Queue {
         let queue = Queue(label: label, target: target)
         // The workers keep their own names, which tell the two kinds apart.

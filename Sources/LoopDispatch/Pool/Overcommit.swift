@@ -85,6 +85,26 @@ extension WorkerPool {
     for call in calls { perform(call) }
   }
 
+  /// Counts one more diverted drain (`PoolJob.divertedDrain`) if fewer than
+  /// `divertedDrainLimit` are in flight; false (nothing counted) otherwise. The caller that
+  /// got true submits the drain, whose run ends with `divertedDrainFinished`.
+  /// Thread-safety: any thread.
+  func reserveDivertedDrain() -> Bool {
+    countSharedWrite(.divertedDrain)
+    guard divertedDrains.wrappingAdd(1, ordering: .relaxed).newValue > divertedDrainLimit else {
+      return true
+    }
+    countSharedWrite(.divertedDrain)
+    divertedDrains.wrappingSubtract(1, ordering: .relaxed)
+    return false
+  }
+
+  /// A diverted drain's run ended (`reserveDivertedDrain`).
+  func divertedDrainFinished() {
+    countSharedWrite(.divertedDrain)
+    divertedDrains.wrappingSubtract(1, ordering: .relaxed)
+  }
+
   /// Whom to call for the overcommit lanes, decided under the lock and done after it.
   enum OvercommitCall {
     case none

@@ -69,7 +69,9 @@ enum PoolJob: Sendable {
     case .task(let job, let executor):
       ThreadName.showOwnName()
       job.runSynchronously(on: executor)
-    case .divertedDrain(let queue, _): queue.runFromPool()
+    case .divertedDrain(let queue, _):
+      queue.runFromPool()
+      WorkerPool.shared.divertedDrainFinished()
     }
   }
 }

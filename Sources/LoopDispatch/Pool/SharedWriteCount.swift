@@ -48,6 +48,9 @@ package enum SharedWritePath: Int, CaseIterable, Sendable {
   /// The spin governor (`SpinGovernor`): a sample's claim, its next instant, its count and
   /// release (4, at most one sample per 10 ms), a sign's `pressuredUntil` and count (2).
   case spinGovernor
+  /// A serial-queue drain diverted to an overcommit lane beside neighbours: the count of
+  /// diverted drains raised, and lowered when it ends (2; 3 when the cap refuses it).
+  case divertedDrain
 }
 
 /// Events that the counts are judged against (not writes).

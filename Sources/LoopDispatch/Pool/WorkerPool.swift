@@ -112,6 +112,15 @@ final class WorkerPool: @unchecked Sendable {
   /// Atomic. Overcommit jobs waiting with no thread coming for them (`Overcommit.swift`,
   /// rule 3; written under the lock, read by the supervisor).
   let overcommitShortfall = Atomic<Int>(0)
+  /// Atomic. Serial-queue drains sent to the overcommit lanes beside neighbours
+  /// (`PoolJob.divertedDrain`) and not yet finished: at most `divertedDrainLimit`
+  /// (`reserveDivertedDrain`). Relaxed: a count for a cap, guarding no data.
+  let divertedDrains = Atomic<Int>(0)
+  /// The most diverted drains at once: 4 per CPU of the budget. A drain gets a thread of its
+  /// own beside neighbours to win the process a fair share of the CPUs; threads beyond a few
+  /// per CPU win no more share, and a C server with a serial queue per connection would
+  /// otherwise fill `totalThreadLimit` with them. The drains past it take the plain workers.
+  let divertedDrainLimit: Int
   /// Atomic. Jobs taken by overcommit workers since start.
   let overcommitJobsStarted = Atomic<UInt64>(0)
   /// Atomic. Workers created after start because the others were blocked.
@@ -127,6 +136,7 @@ final class WorkerPool: @unchecked Sendable {
   private init() {
     budget = CPUBudget.current
     baseThreads = budget.cpus
+    divertedDrainLimit = 4 * budget.cpus
     spinGovernor = SpinGovernor.process
     let maximum = environmentInteger("LOOPDISPATCH_MAX_THREADS") ?? 64
     maximumThreads = Swift.max(maximum, baseThreads)

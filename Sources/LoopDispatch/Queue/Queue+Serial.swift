@@ -141,13 +141,15 @@ extension Queue {
 
   /// The plain global queue this serial queue targets, when its drain goes to the overcommit
   /// queue of that priority instead (see `drainsOnOvercommitBesideNeighbours`); nil when the
-  /// target is not a plain global queue, or no neighbour holds CPUs the process may use.
+  /// target is not a plain global queue, no neighbour holds CPUs the process may use, or
+  /// `WorkerPool.divertedDrainLimit` drains are diverted already (the count is taken here).
   @inline(never)
   private func plainRootBesideNeighboursSlow() -> Queue? {
     guard targetIsRoot.load(ordering: .relaxed) else { return nil }
     let root = target!
     guard case .root(_, overcommit: false) = root.kind,
-      WorkerPool.shared.spinGovernor.neighboursTakeCPU(now: Deadline.now.uptimeNanoseconds)
+      WorkerPool.shared.spinGovernor.neighboursTakeCPU(now: Deadline.now.uptimeNanoseconds),
+      WorkerPool.shared.reserveDivertedDrain()
     else { return nil }
     return root
   }
