@@ -86,6 +86,27 @@ import Testing
     #expect(drained.recentWait <= drained.maxWait)
   }
 
+  #if DEBUG
+    /// `Queue+Serial.swift`, step 5: 300 items held by a suspension run as drains of 128, 128
+    /// and 44 (the budget). The drainer times items 0, 8, … of each drain and the last one
+    /// queued: 16 + 16 + (6 + 1) = 39 clock reads for 300 items, and the held items' wait is
+    /// still measured in full.
+    @Test func aSerialDrainTimesTheFirstItemEveryEighthAndTheLastQueued() throws {
+      let queue = Queue(label: "stats.serial.sampled")
+      queue.suspend()
+      for _ in 0..<300 { queue.async {} }
+      let submitted = Deadline.now
+      // A measured pause (not synchronisation): the items are held at least this long.
+      var pause = timespec(tv_sec: 0, tv_nsec: 10_000_000)
+      nanosleep(&pause, nil)
+      let heldFor = Deadline.now - submitted
+      queue.resume()
+      let drained = try #require(eventually(label: queue.label) { $0.completed == 300 })
+      #expect(drained.maxWait >= heldFor * 0.99)
+      #expect(queue.timedStarts == 39)
+    }
+  #endif
+
   @Test func concurrentQueueWaitIsMeasured() throws {
     let queue = Queue(label: "stats.concurrent.wait", attributes: .concurrent)
     queue.suspend()

@@ -52,6 +52,11 @@ final class QueueCounters: Sendable {
   let maxWaitTicks = Atomic<UInt64>(0)
   /// Moving average of recent waits (weight 1/8), in `Ticks`.
   let recentWaitTicks = Atomic<UInt64>(0)
+  #if DEBUG
+    /// Starts timed by the queue's holder (`recordStartExclusive`), for tests of the serial
+    /// drainer's sampling (`Queue+Serial.swift`, step 5). Written as the figures above are.
+    let timedStarts = Atomic<UInt64>(0)
+  #endif
   /// The queue's slot in `QueueRegistry`, stored by the thread that installed these counters
   /// (before it returns to the submission that needed them); read by the queue's `deinit`.
   let registrySlot = Atomic<Int>(-1)
@@ -114,6 +119,16 @@ extension Queue {
     return fresh.toOpaque()
   }
 
+  #if DEBUG
+    /// Starts this queue's holders have timed (`QueueCounters.timedStarts`), for tests.
+    package var timedStarts: UInt64 {
+      guard let raw = countersPointer.load(ordering: .acquiring) else { return 0 }
+      // Safe: retained by this queue until its deinit, and the caller holds the queue.
+      return Unmanaged<QueueCounters>.fromOpaque(raw).takeUnretainedValue().timedStarts.load(
+        ordering: .relaxed)
+    }
+  #endif
+
   /// Counts one submission.
   @inline(__always)
   func countSubmission() {
@@ -125,6 +140,10 @@ extension Queue {
   func recordStartExclusive(enqueuedAt: UInt64) {
     let wait = Ticks.elapsed(from: enqueuedAt, to: Ticks.now())
     withCounters { counters in
+      #if DEBUG
+        counters.timedStarts.store(
+          counters.timedStarts.load(ordering: .relaxed) &+ 1, ordering: .relaxed)
+      #endif
       if wait > counters.maxWaitTicks.load(ordering: .relaxed) {
         counters.maxWaitTicks.store(wait, ordering: .relaxed)
       }

@@ -30,10 +30,13 @@ public struct QueueStats: Sendable, Equatable {
   public var completed: UInt64
   /// Items submitted and not yet finished: waiting, or running.
   public var depth: Int
-  /// The longest wait of any item from submission to start.
+  /// The longest wait of any item from submission to start. A serial queue's drainer times
+  /// the first item of each run, every eighth item and the last one queued (a clock read per
+  /// item would be a third of a busy drain's cost): the figure can fall short by the time
+  /// over which 8 consecutive items were submitted, never more.
   public var maxWait: Duration
-  /// A moving average of recent waits (each new wait weighs 1/8); for a label, the largest
-  /// among its live queues.
+  /// A moving average of recent waits (each new wait weighs 1/8; for a serial queue, of the
+  /// waits timed as ``maxWait`` says); for a label, the largest among its live queues.
   public var recentWait: Duration
 
   /// Creates figures; the runtime creates them in ``RuntimeStats/current``.
