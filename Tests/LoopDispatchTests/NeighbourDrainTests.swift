@@ -35,6 +35,7 @@ import Testing
         defer { SpinGovernor.neighboursOverride.store(0, ordering: .relaxed) }
         SpinGovernor.neighboursOverride.store(1, ordering: .relaxed)
         let pool = WorkerPool.shared
+        #expect(slotsReturn(), "an earlier test's drains still hold slots")
         let extra = 2
         let count = pool.divertedDrainLimit + extra
         let queues = (0..<count).map { queue("neighbours.capped.\($0)", marked: true) }
@@ -46,10 +47,7 @@ import Testing
         let allFinished = Latch()
         for queue in queues {
           queue.async {
-            let comm = TestSupport.readSmallFile("/proc/thread-self/comm")
-            kinds.withLock {
-              $0.append(["ld.oc.", "ld.worker."].first { comm.hasPrefix($0) } ?? comm)
-            }
+            kinds.withLock { $0.append(Self.currentThreadKind()) }
             if started.increment() == count { allStarted.open() }
             _ = gate.wait()
             if finished.increment() == count { allFinished.open() }
@@ -62,15 +60,65 @@ import Testing
         let ran = kinds.value
         #expect(ran.filter { $0 == "ld.oc." }.count == pool.divertedDrainLimit, "\(ran)")
         #expect(ran.filter { $0 == "ld.worker." }.count == extra, "\(ran)")
-        // Each diverted drain gives its count back when its run returns, just after its item
-        // (a condition polled, with a deadline: the drains' last steps are not observable).
+        #expect(slotsReturn())
+      }
+
+      /// A diverted drain that uses up its budget passes its slot to the queue's next drain:
+      /// with the cap full of busy queues, each keeps its overcommit thread through its
+      /// yields, and every slot comes back at the end (counted twice, each yield would be
+      /// refused and sent to the plain workers).
+      @Test func aYieldingDivertedDrainKeepsItsSlot() {
+        defer { SpinGovernor.neighboursOverride.store(0, ordering: .relaxed) }
+        SpinGovernor.neighboursOverride.store(1, ordering: .relaxed)
+        let pool = WorkerPool.shared
+        #expect(slotsReturn(), "an earlier test's drains still hold slots")
+        let count = pool.divertedDrainLimit
+        // Each queue's first drain holds the blocker and one budget's worth after it: the
+        // rest run after its yields.
+        let items = 3 * SerialDrainHooks.budget
+        let queues = (0..<count).map { queue("neighbours.yielding.\($0)", marked: true) }
+        let kinds = Locked<[String: Int]>([:])
+        let started = Counter()
+        let allStarted = Latch()
+        let gate = Latch()
+        let finished = Counter()
+        let allFinished = Latch()
+        for queue in queues {
+          queue.async {
+            if started.increment() == count { allStarted.open() }
+            _ = gate.wait()
+          }
+          for _ in 1..<items {
+            queue.async {
+              let kind = Self.currentThreadKind()
+              kinds.withLock { $0[kind, default: 0] += 1 }
+              if finished.increment() == count * (items - 1) { allFinished.open() }
+            }
+          }
+        }
+        #expect(allStarted.wait())
+        gate.open()
+        #expect(allFinished.wait())
+        #expect(kinds.value == ["ld.oc.": count * (items - 1)])
+        #expect(slotsReturn())
+      }
+
+      /// Whether every diverted drain's slot is back within 10 s (a condition polled, with a
+      /// deadline: a drain gives its slot back just after its last item, which a test cannot
+      /// observe otherwise).
+      private func slotsReturn() -> Bool {
         let deadline = Deadline.now.uptimeNanoseconds + 10_000_000_000
-        while pool.divertedDrains.load(ordering: .relaxed) != 0,
-          Deadline.now.uptimeNanoseconds < deadline
-        {
+        while WorkerPool.shared.divertedDrains.load(ordering: .relaxed) != 0 {
+          if Deadline.now.uptimeNanoseconds > deadline { return false }
           sched_yield()
         }
-        #expect(pool.divertedDrains.load(ordering: .relaxed) == 0)
+        return true
+      }
+
+      /// "ld.oc." or "ld.worker.": the kind of pool thread running the caller.
+      private static func currentThreadKind() -> String {
+        let comm = TestSupport.readSmallFile("/proc/thread-self/comm")
+        return ["ld.oc.", "ld.worker."].first { comm.hasPrefix($0) } ?? comm
       }
 
       private func queue(_ label: String, marked: Bool, target: Queue? = nil) -> Queue {

@@ -88,8 +88,8 @@ import Testing
 
   #if DEBUG
     /// `Queue+Serial.swift`, step 5: 300 items held by a suspension run as drains of 128, 128
-    /// and 44 (the budget). The drainer times items 0, 8, … of each drain and the last one
-    /// queued: 16 + 16 + (6 + 1) = 39 clock reads for 300 items, and the held items' wait is
+    /// and 44 (the budget). The drainer times items 0, 8, … of each drain and the last of its
+    /// backlog: 16 + 16 + (6 + 1) = 39 clock reads for 300 items, and the held items' wait is
     /// still measured in full.
     @Test func aSerialDrainTimesTheFirstItemEveryEighthAndTheLastQueued() throws {
       let queue = Queue(label: "stats.serial.sampled")

@@ -13,7 +13,7 @@
 // the thread pointer out of the GOT (set once when the library is loaded) and then accesses
 // `%fs:offset` directly, as libdispatch does for its own thread-locals. The cost: the
 // variables live in the static TLS block, so a library loaded with dlopen after startup draws
-// on glibc's surplus static TLS space (hundreds of bytes; these take 76). Hidden: they are
+// on glibc's surplus static TLS space (hundreds of bytes; these take 84). Hidden: they are
 // not part of the library's interface.
 //
 // Thread-safety: each slot belongs to the calling thread; nothing here is shared.
@@ -49,6 +49,11 @@ extern __thread struct lds_node_cache lds_node_cache_slot LDS_THREAD_SLOT;
 /// `SyncWaiter.reusable`), or NULL: taken while the thread waits, put back after its turn.
 extern __thread void *lds_sync_waiter LDS_THREAD_SLOT;
 
+/// The serial queue whose diverted drain the calling overcommit worker runs while that drain
+/// still holds its slot of the cap (Sources/LoopDispatch/Pool/Overcommit.swift,
+/// `runDivertedDrain`), or NULL.
+extern __thread void *lds_diverted_drain LDS_THREAD_SLOT;
+
 static inline void *lds_frame_get(void) { return lds_frame; }
 static inline void lds_frame_set(void *frame) { lds_frame = frame; }
 static inline void *lds_name_state_get(void) { return lds_name_state; }
@@ -60,5 +65,7 @@ static inline void lds_driver_set(int flags) { lds_driver = flags; }
 static inline struct lds_node_cache *lds_node_cache_get(void) { return &lds_node_cache_slot; }
 static inline void *lds_sync_waiter_get(void) { return lds_sync_waiter; }
 static inline void lds_sync_waiter_set(void *waiter) { lds_sync_waiter = waiter; }
+static inline void *lds_diverted_drain_get(void) { return lds_diverted_drain; }
+static inline void lds_diverted_drain_set(void *queue) { lds_diverted_drain = queue; }
 
 #endif

@@ -44,6 +44,15 @@ enum ThreadSlots {
   @inline(__always)
   static func setSyncWaiter(_ waiter: UnsafeMutableRawPointer?) { lds_sync_waiter_set(waiter) }
 
+  /// The queue whose diverted drain the calling thread runs with its slot of the cap still
+  /// held (`WorkerPool.runDivertedDrain`), or nil.
+  @inline(__always)
+  static func divertedDrain() -> UnsafeMutableRawPointer? { lds_diverted_drain_get() }
+
+  /// Sets the calling thread's diverted drain (see `divertedDrain`).
+  @inline(__always)
+  static func setDivertedDrain(_ queue: UnsafeMutableRawPointer?) { lds_diverted_drain_set(queue) }
+
   /// The calling thread's free-node cache (`NodeCache`); valid for the thread's life,
   /// including its pthread key destructors.
   @inline(__always)

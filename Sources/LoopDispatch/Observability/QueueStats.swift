@@ -31,9 +31,10 @@ public struct QueueStats: Sendable, Equatable {
   /// Items submitted and not yet finished: waiting, or running.
   public var depth: Int
   /// The longest wait of any item from submission to start. A serial queue's drainer times
-  /// the first item of each run, every eighth item and the last one queued (a clock read per
-  /// item would be a third of a busy drain's cost): the figure can fall short by the time
-  /// over which 8 consecutive items were submitted, never more.
+  /// the first item of each run, every eighth item and the last it has taken (a clock read
+  /// per item would be a third of a busy drain's cost): the figure can fall short by the
+  /// time over which 8 consecutive items were submitted, and shows the last few waits of a
+  /// queue suspended mid-run when it resumes.
   public var maxWait: Duration
   /// A moving average of recent waits (each new wait weighs 1/8; for a serial queue, of the
   /// waits timed as ``maxWait`` says); for a label, the largest among its live queues.

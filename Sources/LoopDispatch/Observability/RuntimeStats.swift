@@ -215,7 +215,8 @@ public struct RuntimeStats: Sendable, CustomStringConvertible {
       ("completed_total", "counter", "Items the queue finished.", { "\($0.completed)" }),
       ("depth", "gauge", "Items submitted and not finished.", { "\($0.depth)" }),
       (
-        "max_wait_seconds", "gauge", "Longest wait from submission to start.",
+        "max_wait_seconds", "gauge",
+        "Longest wait from submission to start (serial queues time one item in eight).",
         { seconds($0.maxWait) }
       ),
       (

@@ -85,22 +85,39 @@ extension WorkerPool {
     for call in calls { perform(call) }
   }
 
-  /// Counts one more diverted drain (`PoolJob.divertedDrain`) if fewer than
-  /// `divertedDrainLimit` are in flight; false (nothing counted) otherwise. The caller that
-  /// got true submits the drain, whose run ends with `divertedDrainFinished`.
-  /// Thread-safety: any thread.
-  func reserveDivertedDrain() -> Bool {
+  /// A slot of the cap on diverted drains (`PoolJob.divertedDrain`) for a drain of `queue`,
+  /// which the caller then submits: the slot of the drain of `queue` this thread is running,
+  /// passed on (its yield or its re-check scheduled the next drain: without this, a queue
+  /// busy enough to yield would count twice and be refused at the cap, then go back and
+  /// forth), else a new one if fewer than `divertedDrainLimit` are held. False (nothing
+  /// taken, nothing written) at the cap. Thread-safety: any thread.
+  func reserveDivertedDrain(of queue: Queue) -> Bool {
+    let bits = Unmanaged.passUnretained(queue).toOpaque()
+    if ThreadSlots.divertedDrain() == bits {
+      ThreadSlots.setDivertedDrain(nil)
+      return true
+    }
+    // Looked at first, so that a refusal writes nothing to the shared line.
+    guard divertedDrains.load(ordering: .relaxed) < divertedDrainLimit else { return false }
     countSharedWrite(.divertedDrain)
     guard divertedDrains.wrappingAdd(1, ordering: .relaxed).newValue > divertedDrainLimit else {
       return true
     }
+    // Lost a race for the last slot.
     countSharedWrite(.divertedDrain)
     divertedDrains.wrappingSubtract(1, ordering: .relaxed)
     return false
   }
 
-  /// A diverted drain's run ended (`reserveDivertedDrain`).
-  func divertedDrainFinished() {
+  /// Runs a diverted drain of `queue` holding its slot (`reserveDivertedDrain`), and gives
+  /// the slot back unless the drain passed it on to the next drain of `queue`. The slot is
+  /// the thread's while the drain runs (`ThreadSlots.divertedDrain`): a producer that
+  /// schedules the queue's next drain from its own thread takes a slot of its own.
+  func runDivertedDrain(of queue: Queue) {
+    ThreadSlots.setDivertedDrain(Unmanaged.passUnretained(queue).toOpaque())
+    queue.runFromPool()
+    guard ThreadSlots.divertedDrain() != nil else { return }  // Passed on.
+    ThreadSlots.setDivertedDrain(nil)
     countSharedWrite(.divertedDrain)
     divertedDrains.wrappingSubtract(1, ordering: .relaxed)
   }

@@ -35,6 +35,8 @@ enum PoolJob: Sendable {
   /// queue it targets (`Queue.drainsOnOvercommitBesideNeighbours`). The overcommit worker
   /// shows `root` as the current global queue while it runs (`divertedFrom`), so that what
   /// the queue's items see (`dispatch_assert_queue`) does not depend on the machine's load.
+  /// It holds a slot of `WorkerPool.divertedDrainLimit`, given back (or passed on to the
+  /// queue's next drain) when it has run (`WorkerPool.runDivertedDrain`).
   case divertedDrain(Queue, from: Queue)
 
   /// The plain global queue a `divertedDrain` came from, or nil.
@@ -69,9 +71,7 @@ enum PoolJob: Sendable {
     case .task(let job, let executor):
       ThreadName.showOwnName()
       job.runSynchronously(on: executor)
-    case .divertedDrain(let queue, _):
-      queue.runFromPool()
-      WorkerPool.shared.divertedDrainFinished()
+    case .divertedDrain(let queue, _): WorkerPool.shared.runDivertedDrain(of: queue)
     }
   }
 }

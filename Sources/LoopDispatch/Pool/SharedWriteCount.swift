@@ -49,7 +49,8 @@ package enum SharedWritePath: Int, CaseIterable, Sendable {
   /// release (4, at most one sample per 10 ms), a sign's `pressuredUntil` and count (2).
   case spinGovernor
   /// A serial-queue drain diverted to an overcommit lane beside neighbours: the count of
-  /// diverted drains raised, and lowered when it ends (2; 3 when the cap refuses it).
+  /// diverted drains raised, and lowered when it ends (2; none when the drain's slot passes
+  /// to the queue's next drain, or the cap refuses it; 2 for a race lost at the cap).
   case divertedDrain
 }
 

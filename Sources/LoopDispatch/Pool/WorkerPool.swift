@@ -113,13 +113,16 @@ final class WorkerPool: @unchecked Sendable {
   /// rule 3; written under the lock, read by the supervisor).
   let overcommitShortfall = Atomic<Int>(0)
   /// Atomic. Serial-queue drains sent to the overcommit lanes beside neighbours
-  /// (`PoolJob.divertedDrain`) and not yet finished: at most `divertedDrainLimit`
-  /// (`reserveDivertedDrain`). Relaxed: a count for a cap, guarding no data.
+  /// (`PoolJob.divertedDrain`) and not yet finished: at most `divertedDrainLimit`, but for a
+  /// moment by submitters racing for the last slot (`reserveDivertedDrain`). Relaxed: a
+  /// count for a cap, guarding no data.
   let divertedDrains = Atomic<Int>(0)
-  /// The most diverted drains at once: 4 per CPU of the budget. A drain gets a thread of its
-  /// own beside neighbours to win the process a fair share of the CPUs; threads beyond a few
-  /// per CPU win no more share, and a C server with a serial queue per connection would
-  /// otherwise fill `totalThreadLimit` with them. The drains past it take the plain workers.
+  /// The most diverted drains at once: 4 per CPU of the budget, and at most half of what
+  /// `totalThreadLimit` leaves beside `maximumThreads` plain workers (95 with the defaults,
+  /// from 24 CPUs). A drain gets a thread of its own beside neighbours to win the process a
+  /// fair share of the CPUs; threads beyond a few per CPU win no more share, and a C server
+  /// with a serial queue per connection would otherwise fill `totalThreadLimit` with them.
+  /// The drains past it take the plain workers.
   let divertedDrainLimit: Int
   /// Atomic. Jobs taken by overcommit workers since start.
   let overcommitJobsStarted = Atomic<UInt64>(0)
@@ -136,11 +139,12 @@ final class WorkerPool: @unchecked Sendable {
   private init() {
     budget = CPUBudget.current
     baseThreads = budget.cpus
-    divertedDrainLimit = 4 * budget.cpus
     spinGovernor = SpinGovernor.process
     let maximum = environmentInteger("LOOPDISPATCH_MAX_THREADS") ?? 64
     maximumThreads = Swift.max(maximum, baseThreads)
     totalThreadLimit = Swift.max(255, maximumThreads)
+    divertedDrainLimit = Swift.max(
+      1, Swift.min(4 * budget.cpus, (totalThreadLimit - maximumThreads) / 2))
     idleRetirement = .milliseconds(environmentInteger("LOOPDISPATCH_IDLE_RETIREMENT_MS") ?? 5_000)
     rootQueues = .allocate(capacity: laneCount)
     for priority in Priority.allCases {

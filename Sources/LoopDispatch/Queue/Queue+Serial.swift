@@ -39,14 +39,16 @@ import Synchronization
 ///    queue it enqueues a `SyncWaiter` and waits for its turn (`QueueItem.swift`).
 /// 5. Wait figures (`QueueStats.maxWait`, `recentWait`): every item carries its submission
 ///    stamp, but the drainer reads the clock for an item's start only for the first item of
-///    each drain, every `startStampPeriod`-th item, and the last item of the backlog (nothing
-///    behind it yet). A clock read (`rdtsc`) costs about 14 ns on this project's VMs, a third
+///    each drain, every `startStampPeriod`-th item, and the last item of the drainer's
+///    backlog (so the last item of a drain that empties the queue). A clock read (`rdtsc`) costs about 14 ns on this project's VMs, a third
 ///    of a drain's cost per item when producers keep it busy; beside busy neighbours the
 ///    drainer fell behind four producers and finished 25–50 ms after them. Every unstamped
 ///    item has a stamped one less than `startStampPeriod` places after it (in this drain, or
-///    first in the next), which starts no earlier: so its wait exceeds that item's by at
-///    most the time between their submissions, and the maximum is that close to exact. An
-///    item that waited alone (the first of its drain) is always measured.
+///    first in the next: after a yield, or the item a suspension put back), which starts no
+///    earlier: so its wait exceeds that item's by at most the time between their
+///    submissions, and once that item has started the maximum is that close to exact (a
+///    queue suspended mid-drain shows its last few waits at `resume()`). An item that waited
+///    alone (the first of its drain) is always measured.
 enum SerialState {
   static let scheduled: UInt64 = 1 << 0
   static let syncLocked: UInt64 = 1 << 1
@@ -145,7 +147,7 @@ extension Queue {
   func scheduleDrain(yielding: Bool = false) {
     if kind == .main {
       EventLoop.main.execute { [self] in drainSerial() }
-    } else if drainsOnOvercommitBesideNeighbours, let root = plainRootBesideNeighboursSlow() {
+    } else if drainsOnOvercommitBesideNeighbours, let root = reserveDivertedRoot() {
       WorkerPool.shared.submitOvercommit(.divertedDrain(self, from: root), priority: root.priority)
     } else {
       target!.enqueueDrain(of: self, yielding: yielding)
@@ -153,16 +155,17 @@ extension Queue {
   }
 
   /// The plain global queue this serial queue targets, when its drain goes to the overcommit
-  /// queue of that priority instead (see `drainsOnOvercommitBesideNeighbours`); nil when the
-  /// target is not a plain global queue, no neighbour holds CPUs the process may use, or
-  /// `WorkerPool.divertedDrainLimit` drains are diverted already (the count is taken here).
+  /// queue of that priority instead (see `drainsOnOvercommitBesideNeighbours`), with a slot
+  /// of `WorkerPool.divertedDrainLimit` taken for it: the caller must submit the drain. Nil
+  /// when the target is not a plain global queue, no neighbour holds CPUs the process may
+  /// use, or the cap is reached.
   @inline(never)
-  private func plainRootBesideNeighboursSlow() -> Queue? {
+  private func reserveDivertedRoot() -> Queue? {
     guard targetIsRoot.load(ordering: .relaxed) else { return nil }
     let root = target!
     guard case .root(_, overcommit: false) = root.kind,
       WorkerPool.shared.spinGovernor.neighboursTakeCPU(now: Deadline.now.uptimeNanoseconds),
-      WorkerPool.shared.reserveDivertedDrain()
+      WorkerPool.shared.reserveDivertedDrain(of: self)
     else { return nil }
     return root
   }
