@@ -40,23 +40,17 @@ import Testing
         let count = pool.divertedDrainLimit + extra
         let queues = (0..<count).map { queue("neighbours.capped.\($0)", marked: true) }
         let kinds = Locked<[String]>([])
-        let started = Counter()
-        let allStarted = Latch()
-        let gate = Latch()
-        let finished = Counter()
-        let allFinished = Latch()
+        let gate = Gate(arriving: count, finishing: count)
         for queue in queues {
           queue.async {
             kinds.withLock { $0.append(Self.currentThreadKind()) }
-            if started.increment() == count { allStarted.open() }
-            _ = gate.wait()
-            if finished.increment() == count { allFinished.open() }
+            gate.arrive()
+            gate.finish()
           }
         }
-        #expect(allStarted.wait())
+        #expect(gate.allArrived())
         #expect(pool.divertedDrains.load(ordering: .relaxed) == pool.divertedDrainLimit)
-        gate.open()
-        #expect(allFinished.wait())
+        #expect(gate.openAndWaitForTheFinish())
         let ran = kinds.value
         #expect(ran.filter { $0 == "ld.oc." }.count == pool.divertedDrainLimit, "\(ran)")
         #expect(ran.filter { $0 == "ld.worker." }.count == extra, "\(ran)")
@@ -78,29 +72,58 @@ import Testing
         let items = 3 * SerialDrainHooks.budget
         let queues = (0..<count).map { queue("neighbours.yielding.\($0)", marked: true) }
         let kinds = Locked<[String: Int]>([:])
-        let started = Counter()
-        let allStarted = Latch()
-        let gate = Latch()
-        let finished = Counter()
-        let allFinished = Latch()
+        let gate = Gate(arriving: count, finishing: count * (items - 1))
         for queue in queues {
-          queue.async {
-            if started.increment() == count { allStarted.open() }
-            _ = gate.wait()
-          }
+          queue.async { gate.arrive() }
           for _ in 1..<items {
             queue.async {
               let kind = Self.currentThreadKind()
               kinds.withLock { $0[kind, default: 0] += 1 }
-              if finished.increment() == count * (items - 1) { allFinished.open() }
+              gate.finish()
             }
           }
         }
-        #expect(allStarted.wait())
-        gate.open()
-        #expect(allFinished.wait())
+        #expect(gate.allArrived())
+        #expect(gate.openAndWaitForTheFinish())
         #expect(kinds.value == ["ld.oc.": count * (items - 1)])
         #expect(slotsReturn())
+      }
+
+      /// Items that wait at a gate until `arriving` of them have arrived (so that all their
+      /// drains are in flight at once), and a count of the `finishing` items that end.
+      private final class Gate: Sendable {
+        private let arriving: Int
+        private let finishing: Int
+        private let arrived = Counter()
+        private let allArrivedLatch = Latch()
+        private let gate = Latch()
+        private let finished = Counter()
+        private let allFinished = Latch()
+
+        init(arriving: Int, finishing: Int) {
+          self.arriving = arriving
+          self.finishing = finishing
+        }
+
+        /// In an item: counts it in, and waits for the gate.
+        func arrive() {
+          if arrived.increment() == arriving { allArrivedLatch.open() }
+          _ = gate.wait()
+        }
+
+        /// In an item: counts it out.
+        func finish() {
+          if finished.increment() == finishing { allFinished.open() }
+        }
+
+        /// Whether all arrived within 30 s.
+        func allArrived() -> Bool { allArrivedLatch.wait() }
+
+        /// Opens the gate; whether all finished within 30 s.
+        func openAndWaitForTheFinish() -> Bool {
+          gate.open()
+          return allFinished.wait()
+        }
       }
 
       /// Whether every diverted drain's slot is back within 10 s (a condition polled, with a

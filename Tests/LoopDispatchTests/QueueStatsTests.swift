@@ -68,15 +68,7 @@ import Testing
 
   @Test func waitFromSubmissionToStartIsMeasured() throws {
     let queue = Queue(label: "stats.serial.wait")
-    queue.suspend()
-    queue.async {}
-    // Taken after the submission, so `heldFor` is a lower bound of the item's wait.
-    let submitted = Deadline.now
-    // A measured pause (not synchronisation): the item is held at least this long.
-    var pause = timespec(tv_sec: 0, tv_nsec: 30_000_000)
-    nanosleep(&pause, nil)
-    let heldFor = Deadline.now - submitted
-    queue.resume()
+    let heldFor = heldWhileSuspended(queue, milliseconds: 30) { queue.async {} }
     let drained = try #require(eventually(label: queue.label) { $0.completed == 1 })
     // 1% slack: wait times are cycle counts converted at a calibrated rate.
     #expect(drained.maxWait >= heldFor * 0.99)
@@ -93,14 +85,9 @@ import Testing
     /// still measured in full.
     @Test func aSerialDrainTimesTheFirstItemEveryEighthAndTheLastQueued() throws {
       let queue = Queue(label: "stats.serial.sampled")
-      queue.suspend()
-      for _ in 0..<300 { queue.async {} }
-      let submitted = Deadline.now
-      // A measured pause (not synchronisation): the items are held at least this long.
-      var pause = timespec(tv_sec: 0, tv_nsec: 10_000_000)
-      nanosleep(&pause, nil)
-      let heldFor = Deadline.now - submitted
-      queue.resume()
+      let heldFor = heldWhileSuspended(queue, milliseconds: 10) {
+        for _ in 0..<300 { queue.async {} }
+      }
       let drained = try #require(eventually(label: queue.label) { $0.completed == 300 })
       #expect(drained.maxWait >= heldFor * 0.99)
       #expect(queue.timedStarts == 39)
@@ -109,13 +96,7 @@ import Testing
 
   @Test func concurrentQueueWaitIsMeasured() throws {
     let queue = Queue(label: "stats.concurrent.wait", attributes: .concurrent)
-    queue.suspend()
-    queue.async {}
-    let submitted = Deadline.now
-    var pause = timespec(tv_sec: 0, tv_nsec: 20_000_000)
-    nanosleep(&pause, nil)
-    let heldFor = Deadline.now - submitted
-    queue.resume()
+    let heldFor = heldWhileSuspended(queue, milliseconds: 20) { queue.async {} }
     let drained = try #require(eventually(label: queue.label) { $0.completed == 1 })
     #expect(drained.maxWait >= heldFor * 0.99)
   }
@@ -325,6 +306,22 @@ private func stats(of label: String) -> QueueStats? {
 
 /// Polls the queue's figures until `condition` holds (completion is counted just after an
 /// item returns, so a caller that saw the item's effect may still be a moment ahead).
+/// Suspends `queue`, runs `submit`, keeps the queue suspended for `milliseconds` and resumes
+/// it. Returns how long the items were held at least (the clock is read after `submit`).
+private func heldWhileSuspended(_ queue: Queue, milliseconds: Int, _ submit: () -> Void)
+  -> Duration
+{
+  queue.suspend()
+  submit()
+  let submitted = Deadline.now
+  // A measured pause (not synchronisation): the items are held at least this long.
+  var pause = timespec(tv_sec: 0, tv_nsec: milliseconds * 1_000_000)
+  nanosleep(&pause, nil)
+  let heldFor = Deadline.now - submitted
+  queue.resume()
+  return heldFor
+}
+
 private func eventually(
   label: String, seconds: Int64 = 30, _ condition: (QueueStats) -> Bool
 ) -> QueueStats? {
