@@ -120,23 +120,32 @@ import Testing
     "cpu  \(busyTicks) 0 0 5000 0 0 0 0 0 0\ncpu0 0 0 0 0 0 0 0 0 0 0\n"
   }
 
+  /// Made-up files for step 4: a pressure file with no stall yet, `/proc/loadavg` counting 6
+  /// runnable tasks (over the 2 CPUs + 1), and `/proc/stat` with no busy time yet.
+  static func neighbourFiles() -> (pressure: Scratch, load: Scratch, stat: Scratch) {
+    let pressure = Scratch()
+    pressure.set(Self.pressure(stall: 0))
+    let load = Scratch()
+    load.set("6.00 2.10 1.80 6/97 24242\n")
+    let stat = Scratch()
+    stat.set(Self.stat(busyTicks: 0))
+    return (pressure, load, stat)
+  }
+
   /// Step 4: others' CPU time (the machine's busy time less the process's own) over a
   /// quarter of a CPU through a 100 ms window in which the stall and the count said so is
   /// neighbours; once believed, over an eighth goes on, and less does not. A process that
   /// oversubscribes the machine by itself (busy time all its own) is never taken for one,
   /// and a window that nothing sampled for long starts again believing nothing.
   @Test func othersCPUTimeBesideAStallIsNeighbours() {
-    let file = Scratch()
-    file.set(Self.pressure(stall: 0))
-    let load = Scratch()
-    load.set("6.00 2.10 1.80 6/97 24242\n")
-    let stat = Scratch()
-    stat.set(Self.stat(busyTicks: 0))
+    let (file, load, stat) = Self.neighbourFiles()
     let own = Atomic<UInt64>(0)
     let governor = SpinGovernor(
       pressurePath: file.path, loadPath: load.path, throttlePath: nil, machineCPUs: 2,
       statPath: stat.path, processCPUTime: { own.load(ordering: .relaxed) })
     #expect(governor.openFiles == 3)
+    // No belief yet: the serial queues read no clock.
+    #expect(!governor.mayHaveNeighbours)
     let length = SpinGovernor.neighboursWindowNanoseconds
     var now = Self.start
     var stall: UInt64 = 0
@@ -158,11 +167,14 @@ import Testing
     #expect(!window(ours: 1.95))
     // Others take a half of a CPU: neighbours.
     #expect(window(ours: 1.5))
+    #expect(governor.mayHaveNeighbours)
     // Our drains take more of the CPUs, others keep 0.15 of one: still believed.
     #expect(window(ours: 1.85))
     // Others gone: that window's verdict is no, but the last yes holds for two windows.
     #expect(window(ours: 2.0))
     #expect(!window(ours: 2.0))
+    // The yes ran out at that sample: no belief again.
+    #expect(!governor.mayHaveNeighbours)
     // 0.15 of a CPU does not start the belief again.
     #expect(!window(ours: 1.85))
     // Believed again, then 0.10 of a CPU: no (the yes before it still holds), so that 0.15
@@ -183,12 +195,7 @@ import Testing
   /// A process confined to some of the CPUs never hears of neighbours from step 4: the busy
   /// time of `/proc/stat` is the whole machine's, CPUs it cannot use included.
   @Test func aProcessConfinedToSomeCPUsIsNeverToldOfNeighbours() {
-    let file = Scratch()
-    file.set(Self.pressure(stall: 0))
-    let load = Scratch()
-    load.set("6.00 2.10 1.80 6/97 24242\n")
-    let stat = Scratch()
-    stat.set(Self.stat(busyTicks: 0))
+    let (file, load, stat) = Self.neighbourFiles()
     let governor = SpinGovernor(
       pressurePath: file.path, loadPath: load.path, throttlePath: nil, machineCPUs: 2,
       stallNeedsRunnableCount: false, statPath: stat.path, processCPUTime: { 0 })

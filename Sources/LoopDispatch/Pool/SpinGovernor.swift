@@ -39,8 +39,8 @@ import Synchronization
 ///    descriptors opened once. The one-shot waits (`SpinAdmission`) and the scheduling of an
 ///    early `Task.sleep` hand-off (`EarlyHandOff`) ask too, under the same bound. Nothing
 ///    samples while nothing spins, waits or sleeps (workers spin only right after a job) and
-///    no C serial queue schedules a drain (step 4), so an idle process reads nothing and
-///    wakes nothing. The spin path itself
+///    no C serial queue schedules a drain while neighbours are believed in (step 4), so an
+///    idle process reads nothing and wakes nothing. The spin path itself
 ///    reads a clock (vDSO, no system call) and two atomics.
 ///
 /// 4. Neighbours (`neighboursTakeCPU`), a narrower sign read by the C API's serial queues
@@ -57,6 +57,8 @@ import Synchronization
 ///    yes holds for two windows; a window that ran past four (nothing sampled meanwhile)
 ///    starts again, believing nothing. A process confined to some of the CPUs never gets a
 ///    yes: the busy time is the whole machine's. The files are read only when a window ends.
+///    While no yes is held (`mayHaveNeighbours`), the serial queues neither read the clock
+///    nor sample: the spinners' samples form the first yes.
 ///
 /// Memory order: `pressuredUntil`, `neighboursUntil` and `nextSample` are hints, loaded and
 /// stored relaxed. A stale value makes one spin too long or too short, or one drain take the
@@ -225,6 +227,20 @@ final class SpinGovernor: @unchecked Sendable {
     #endif
   }
 
+  /// Whether `neighboursTakeCPU` may say yes: false while no yes is held (none since the
+  /// last one ran out at a sample). The C serial queues look at this first, at every drain
+  /// they schedule, so that a process that never had neighbours reads no clock there (a
+  /// vDSO `clock_gettime`, about 24 ns here); their belief is formed by the spinners'
+  /// samples. Relaxed: a hint; a stale value costs one drain a clock read or sends it to
+  /// the plain workers once.
+  @inline(__always)
+  var mayHaveNeighbours: Bool {
+    #if DEBUG
+      if Self.neighboursOverride.load(ordering: .relaxed) != 0 { return true }
+    #endif
+    return neighboursUntil.load(ordering: .relaxed) != 0
+  }
+
   /// The process's CPU time (user + system, every thread) in ns.
   @Sendable static func processCPUNanoseconds() -> UInt64 {
     var usage = rusage()
@@ -284,6 +300,14 @@ final class SpinGovernor: @unchecked Sendable {
     if neighbours {
       countSharedWrite(.spinGovernor)
       neighboursUntil.store(now &+ 2 &* Self.neighboursWindowNanoseconds, ordering: .relaxed)
+    } else {
+      // The yes ran out: back to no belief, so that the C serial queues stop reading the
+      // clock at each drain (`mayHaveNeighbours`).
+      let until = neighboursUntil.load(ordering: .relaxed)
+      if until != 0 && now >= until {
+        countSharedWrite(.spinGovernor)
+        neighboursUntil.store(0, ordering: .relaxed)
+      }
     }
   }
 

@@ -165,8 +165,9 @@ extension Queue {
   private func reserveDivertedRoot() -> Queue? {
     guard targetIsRoot.load(ordering: .relaxed) else { return nil }
     let root = target!
-    guard case .root(_, overcommit: false) = root.kind,
-      WorkerPool.shared.spinGovernor.neighboursTakeCPU(now: Deadline.now.uptimeNanoseconds),
+    let governor = WorkerPool.shared.spinGovernor
+    guard case .root(_, overcommit: false) = root.kind, governor.mayHaveNeighbours,
+      governor.neighboursTakeCPU(now: Deadline.now.uptimeNanoseconds),
       WorkerPool.shared.reserveDivertedDrain(of: self)
     else { return nil }
     return root
