@@ -278,4 +278,41 @@ import Testing
     #expect(done.wait())
     #expect(Queue.global(.high).sync(flags: .barrier) { 7 } == 7)
   }
+
+  #if DEBUG
+    /// `Queue+Concurrent.swift`, step 1: behind a backlog, a submission is appended under the
+    /// lock without writing the queue's word. Only the first item held by a suspension writes
+    /// it (setting PENDING); the other 99 find the backlog hint up. The held items keep their
+    /// order (each barrier sees exactly the items submitted before it finished), and once the
+    /// backlog is gone the hint is down again. Fails with every submission writing the word
+    /// (100), or with a hint that stays up.
+    @Test func submissionsBehindABacklogLeaveTheWordAlone() {
+      let queue = Queue(label: "concurrent.backlog", attributes: .concurrent)
+      let done = Counter()
+      let violations = Counter()
+      queue.suspend()
+      for index in 0..<100 {
+        if index % 10 == 9 {
+          queue.async(flags: .barrier) {
+            // Every earlier item (index of them) has finished; none later has started.
+            if done.increment() != index + 1 { violations.increment() }
+          }
+        } else {
+          queue.async { _ = done.increment() }
+        }
+      }
+      #expect(queue.submitWordWrites == 1)
+      #expect(queue.backlogHintIsUp)
+      queue.resume()
+      queue.sync(flags: .barrier) {}
+      #expect(done.current == 100)
+      #expect(violations.current == 0)
+      #expect(!queue.backlogHintIsUp)
+      // No backlog: the next item starts with one write (the `sync` above wrote the word
+      // too, on either path).
+      let before = queue.submitWordWrites
+      queue.async {}
+      #expect(queue.submitWordWrites == before + 1)
+    }
+  #endif
 }

@@ -56,6 +56,10 @@ final class QueueCounters: Sendable {
     /// Starts timed by the queue's holder (`recordStartExclusive`), for tests of the serial
     /// drainer's sampling (`Queue+Serial.swift`, step 5). Written as the figures above are.
     let timedStarts = Atomic<UInt64>(0)
+    /// Read-modify-writes of a concurrent queue's word made by its submissions (failed
+    /// compare-and-swaps included), for the test of step 1's backlog path
+    /// (`Queue+Concurrent.swift`).
+    let submitWordWrites = Atomic<UInt64>(0)
   #endif
   /// The queue's slot in `QueueRegistry`, stored by the thread that installed these counters
   /// (before it returns to the submission that needed them); read by the queue's `deinit`.
@@ -128,6 +132,29 @@ extension Queue {
         ordering: .relaxed)
     }
   #endif
+
+  #if DEBUG
+    /// `QueueCounters.submitWordWrites`, for tests.
+    package var submitWordWrites: UInt64 {
+      guard let raw = countersPointer.load(ordering: .acquiring) else { return 0 }
+      // Safe: retained by this queue until its deinit, and the caller holds the queue.
+      return Unmanaged<QueueCounters>.fromOpaque(raw).takeUnretainedValue().submitWordWrites
+        .load(ordering: .relaxed)
+    }
+
+    /// Whether the concurrent queue's backlog hint is up (`Queue.concurrentBacklogHint`),
+    /// for tests.
+    package var backlogHintIsUp: Bool { concurrentBacklogHint.load(ordering: .relaxed) }
+  #endif
+
+  /// Counts a submission's read-modify-write of this concurrent queue's word (debug builds;
+  /// nothing in a release build).
+  @inline(__always)
+  func countSubmitWordWrite() {
+    #if DEBUG
+      withCounters { $0.submitWordWrites.wrappingAdd(1, ordering: .relaxed) }
+    #endif
+  }
 
   /// Counts one submission.
   @inline(__always)

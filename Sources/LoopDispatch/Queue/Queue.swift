@@ -125,6 +125,14 @@ public final class Queue: @unchecked Sendable {
   /// Atomic. A custom concurrent queue's width, for its lock-free paths: written under its
   /// lock (`ConcurrentState.width` is the copy the lock holder uses), read relaxed.
   let concurrentWidth = Atomic<Int>(Int.max)
+  /// Atomic. A hint, for submitters to a custom concurrent queue (or a wide serial queue's
+  /// back): true while items wait in `ConcurrentState.pending`. Written (relaxed) only under
+  /// the lock, when PENDING is set or cleared in `concurrentWord`, and only if it changes;
+  /// read relaxed. A submitter that sees it set goes straight to the lock, without first
+  /// reading `concurrentWord`, which every finish writes (Queue+Concurrent.swift, step 1).
+  /// Correctness never rests on it: a stale value only costs that submitter one path's
+  /// extra work. On this read-mostly line rather than `concurrentWord`'s.
+  let concurrentBacklogHint = Atomic<Bool>(false)
 
   /// The concurrent state: a custom concurrent queue's, or a wide serial queue's (nil for
   /// a serial queue not made wide, and for the main and global queues).
