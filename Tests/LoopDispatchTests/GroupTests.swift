@@ -225,6 +225,26 @@ import Testing
     #expect(group.wait(timeout: .now) == .success)
   }
 
+  #if DEBUG
+    /// `enter` from zero takes COUNT to 0xFFFF_FFFF without borrowing from GENERATION (its
+    /// 32-bit subtract), and the `leave` back to zero carries into it: one generation per
+    /// return to zero, over several rounds and from a count above one. A 64-bit subtract
+    /// would take GENERATION back by one at each first `enter` (checked: this fails).
+    @Test func enterFromZeroLeavesTheGenerationAlone() {
+      let group = Group()
+      let start = group.generation
+      for round in 1...3 {
+        group.enter()
+        #expect(group.generation == start &+ UInt32(round - 1))
+        group.enter()
+        group.leave()
+        #expect(group.generation == start &+ UInt32(round - 1))
+        group.leave()
+        #expect(group.generation == start &+ UInt32(round))
+      }
+    }
+  #endif
+
   /// A notification belongs to the generation current when it was registered: it runs
   /// when that generation ends, even if new work entered before the `leave` that ended it
   /// looked at the list; one registered after a new `enter` waits for the next zero.
