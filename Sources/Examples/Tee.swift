@@ -1,6 +1,6 @@
 import Glibc
 import LoopDispatch
-import MainLoop
+@_spi(LoopDispatchRuntime) import MainLoop
 
 /// `Examples tee INPUT COPY`: copies INPUT (a path, or `-` for standard input) to standard
 /// output and to the file COPY, through I/O channels.

@@ -1,5 +1,5 @@
 import LoopDispatch
-import MainLoop
+@_spi(LoopDispatchRuntime) import MainLoop
 import Synchronization
 
 // Dispatch block objects (`dispatch_block_create` and friends): each is a LoopDispatch

@@ -1,5 +1,5 @@
 import LoopDispatch
-import MainLoop
+@_spi(LoopDispatchRuntime) import MainLoop
 
 // The objects behind the C API's handles, and the calls every object answers (retain,
 // release, context, finalizer, activate/suspend/resume).

@@ -1,7 +1,7 @@
 import CLoopShims
 import Glibc
 import LoopDispatch
-import MainLoop
+@_spi(LoopDispatchRuntime) import MainLoop
 
 // Queues through the C API: creation, the main and global queues, labels, targets, and the
 // `_f` submission functions (the block forms are in Sources/CDispatch/blocks.c).

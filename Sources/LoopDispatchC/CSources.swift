@@ -1,6 +1,6 @@
 import Glibc
 import LoopDispatch
-import MainLoop
+@_spi(LoopDispatchRuntime) import MainLoop
 import Synchronization
 
 // Dispatch sources through the C API: a `CSource` wraps one LoopDispatch source of the kind

@@ -1,6 +1,6 @@
 import Glibc
 import LoopDispatch
-import MainLoop
+@_spi(LoopDispatchRuntime) import MainLoop
 
 // Groups, semaphores, time and queue-specific values through the C API.
 

@@ -1,5 +1,5 @@
 import Glibc
-import MainLoop
+@_spi(LoopDispatchRuntime) import MainLoop
 import Synchronization
 import Testing
 

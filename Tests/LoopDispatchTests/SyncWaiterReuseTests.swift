@@ -1,4 +1,5 @@
 import Glibc
+@_spi(LoopDispatchRuntime) import MainLoop
 import Synchronization
 import TestSupport
 import Testing

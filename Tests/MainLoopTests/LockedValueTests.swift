@@ -1,3 +1,4 @@
+@_spi(LoopDispatchRuntime) import MainLoop
 import Synchronization
 import TestSupport
 import Testing

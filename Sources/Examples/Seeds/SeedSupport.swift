@@ -1,5 +1,6 @@
 import Glibc
 import LoopDispatch
+@_spi(LoopDispatchRuntime) import MainLoop
 import Synchronization
 
 // Small helpers shared by the seed programs: a log line that says where it runs, counters

@@ -1,5 +1,6 @@
 import CLoopShims
 import Glibc
+@_spi(LoopDispatchRuntime) import MainLoop
 
 /// Descriptors a source owns outright (a process's pidfd, a memory-pressure trigger): one
 /// registration for one source, never shared with another, so none of `IOEntry`'s

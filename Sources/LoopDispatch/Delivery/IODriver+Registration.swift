@@ -1,6 +1,6 @@
 import CLoopShims
 import Glibc
-import MainLoop
+@_spi(LoopDispatchRuntime) import MainLoop
 
 /// Registering, re-arming and removing sources: the system-call side of the multiplexing
 /// rules in `IOEntry.swift` (the rule numbers below are that file's). Every function takes

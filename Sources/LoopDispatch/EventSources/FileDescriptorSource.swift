@@ -1,6 +1,6 @@
 import CLoopShims
 import Glibc
-import MainLoop
+@_spi(LoopDispatchRuntime) import MainLoop
 
 /// Readiness of a file descriptor, delivered to a queue: see ``ReadSource`` and
 /// ``WriteSource``.

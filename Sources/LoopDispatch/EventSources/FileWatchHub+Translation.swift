@@ -1,6 +1,6 @@
 import CLoopShims
 import Glibc
-import MainLoop
+@_spi(LoopDispatchRuntime) import MainLoop
 
 /// Translating the kernel's events into ``FileSource/Events`` (steps 3 to 5 of
 /// `FileWatchHub`).

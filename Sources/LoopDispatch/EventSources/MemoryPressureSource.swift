@@ -1,6 +1,6 @@
 import CLoopShims
 import Glibc
-import MainLoop
+@_spi(LoopDispatchRuntime) import MainLoop
 import Synchronization
 
 /// Delivers the system's memory pressure to a queue, from Linux's pressure stall information

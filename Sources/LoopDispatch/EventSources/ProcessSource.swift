@@ -1,6 +1,6 @@
 import CLoopShims
 import Glibc
-import MainLoop
+@_spi(LoopDispatchRuntime) import MainLoop
 
 /// Delivers the exit of a process to a queue, once. ``Source/data`` is
 /// ``Events-swift.struct/exit`` (libdispatch's `DISPATCH_PROC_EXIT`, `0x80000000`).

@@ -1,4 +1,4 @@
-import MainLoop
+@_spi(LoopDispatchRuntime) import MainLoop
 
 /// Delivers a POSIX signal to a queue. ``Source/data`` counts deliveries since the last
 /// handler run. Several sources may watch one signal; while any does, the signal's default

@@ -1,5 +1,5 @@
 import CLoopShims
-import MainLoop
+@_spi(LoopDispatchRuntime) import MainLoop
 import Synchronization
 
 /// How new event data combines with data not yet handed to the handler.

@@ -1,4 +1,4 @@
-import MainLoop
+@_spi(LoopDispatchRuntime) import MainLoop
 import Synchronization
 
 /// A timer delivered to a queue: one-shot or repeating, re-schedulable at any time (also from

@@ -1,6 +1,6 @@
 import CLoopShims
 import Glibc
-import MainLoop
+@_spi(LoopDispatchRuntime) import MainLoop
 
 /// One open file as the I/O channels see it: every ``IOChannel`` and every one-shot
 /// `read(from:)`/`write(to:)` on one descriptor shares one entry, as libdispatch's channels

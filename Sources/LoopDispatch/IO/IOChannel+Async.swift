@@ -1,4 +1,4 @@
-import MainLoop
+@_spi(LoopDispatchRuntime) import MainLoop
 
 /// An `errno` value from an ``IOChannel`` operation.
 public struct IOError: Error, Equatable, Sendable {

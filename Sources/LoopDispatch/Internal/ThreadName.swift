@@ -1,5 +1,6 @@
 import CLoopShims
 import Glibc
+@_spi(LoopDispatchRuntime) import MainLoop
 import Synchronization
 
 /// Names pool workers after the queue they are draining, so `top -H`, `ps -L`, gdb and

@@ -1,4 +1,4 @@
-import MainLoop
+@_spi(LoopDispatchRuntime) import MainLoop
 
 /// Every live queue, so a snapshot can list them, and the totals of released queues folded
 /// by label, so per-label counters never go backwards when a queue goes away.

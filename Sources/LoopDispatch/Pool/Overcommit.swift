@@ -1,4 +1,4 @@
-import MainLoop
+@_spi(LoopDispatchRuntime) import MainLoop
 import Synchronization
 
 /// The overcommit global queues (`Queue.global(_:overcommit: true)`): each job starts at once

@@ -1,4 +1,5 @@
 import Glibc
+@_spi(LoopDispatchRuntime) import MainLoop
 import Synchronization
 
 /// The steps of the pool's wake-up protocol where a debug build can stop or perturb a thread

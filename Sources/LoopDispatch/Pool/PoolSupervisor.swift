@@ -1,5 +1,5 @@
 import Glibc
-import MainLoop
+@_spi(LoopDispatchRuntime) import MainLoop
 import Synchronization
 
 /// Grows the pool when every worker is blocked while work waits.

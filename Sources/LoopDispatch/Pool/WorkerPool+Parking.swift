@@ -1,3 +1,4 @@
+@_spi(LoopDispatchRuntime) import MainLoop
 import Synchronization
 
 /// Parking and waking plain workers without a lock, and who owes which wake-up.

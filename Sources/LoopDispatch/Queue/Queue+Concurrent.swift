@@ -1,4 +1,4 @@
-import MainLoop
+@_spi(LoopDispatchRuntime) import MainLoop
 import Synchronization
 
 /// A custom concurrent queue's bookkeeping behind its lock (`Queue.concurrentState`); the

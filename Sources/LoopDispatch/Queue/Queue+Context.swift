@@ -1,4 +1,4 @@
-import MainLoop
+@_spi(LoopDispatchRuntime) import MainLoop
 
 /// A queue's rarely used state. Protected by the queue's `extras` lock.
 struct QueueExtras {

@@ -1,5 +1,5 @@
 import Glibc
-import MainLoop
+@_spi(LoopDispatchRuntime) import MainLoop
 
 extension Queue {
   /// Runs the main event loop on the process main thread, forever: the `dispatch_main`

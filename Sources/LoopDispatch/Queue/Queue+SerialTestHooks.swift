@@ -1,3 +1,4 @@
+@_spi(LoopDispatchRuntime) import MainLoop
 import Synchronization
 
 // Debug-only hooks of the serial queue's protocol (`Queue+Serial.swift`), through which tests

@@ -1,3 +1,4 @@
+@_spi(LoopDispatchRuntime) import MainLoop
 import Synchronization
 
 /// A serial queue made wide by ``Queue/setWidth(_:)`` (libdispatch's old idiom: create the

@@ -1,4 +1,4 @@
-import MainLoop
+@_spi(LoopDispatchRuntime) import MainLoop
 import Synchronization
 
 /// A GCD-style dispatch queue: the main queue, a global queue, or a custom serial or

@@ -1,5 +1,5 @@
 import CLoopShims
-import MainLoop
+@_spi(LoopDispatchRuntime) import MainLoop
 import Synchronization
 
 /// Tracks a set of work: `enter` before each piece, `leave` after it; `wait` and `notify`

@@ -1,4 +1,4 @@
-import MainLoop
+@_spi(LoopDispatchRuntime) import MainLoop
 import Synchronization
 
 /// A unit of work that can be submitted, performed, cancelled, waited on and observed.

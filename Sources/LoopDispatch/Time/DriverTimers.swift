@@ -1,6 +1,6 @@
 import CLoopShims
 import Glibc
-import MainLoop
+@_spi(LoopDispatchRuntime) import MainLoop
 import Synchronization
 
 /// The `after` timers of every queue whose chain does not end at the main queue: a deadline

@@ -5,15 +5,22 @@ import Glibc
 /// Used instead of `Synchronization.Mutex` because ThreadSanitizer intercepts pthread
 /// mutexes: the standard library's `Mutex` is built from uninstrumented atomics and futex
 /// calls, so TSan reports false races on everything it protects.
-package final class LockedValue<Value>: @unchecked Sendable {
+///
+/// SPI (`@_spi(LoopDispatchRuntime) import MainLoop`): public only so that `withLock` can be
+/// `@inlinable`. A `package` generic method is not inlined into the other modules with this
+/// toolchain (it stays an unspecialised generic call, the body a closure context, at each of
+/// LoopDispatch's lock sites), while an SPI one is; the type is not part of MainLoop's API.
+@_spi(LoopDispatchRuntime)
+public final class LockedValue<Value>: @unchecked Sendable {
   // @unchecked Sendable: `value` is only touched inside `withLock`, under the mutex.
   private final class Storage: ManagedBuffer<Value, pthread_mutex_t> {}
 
-  private let storage: ManagedBuffer<Value, pthread_mutex_t>
+  /// Touched only by this class and by the inlined bodies of `withLock` and `load()`.
+  @usableFromInline let storage: ManagedBuffer<Value, pthread_mutex_t>
 
   /// - Parameter adaptive: spin briefly before sleeping when contended
   ///   (`PTHREAD_MUTEX_ADAPTIVE_NP`); for short critical sections taken by many threads.
-  package init(_ value: Value, adaptive: Bool = false) {
+  public init(_ value: Value, adaptive: Bool = false) {
     storage = Storage.create(minimumCapacity: 1) { _ in value }
     storage.withUnsafeMutablePointerToElements { mutex in
       // Safe: the element storage is allocated (capacity >= 1) and lives as long as `storage`.
@@ -44,15 +51,15 @@ package final class LockedValue<Value>: @unchecked Sendable {
   /// once per thunk (a test hook read at every drain overflowed a worker's stack under
   /// AddressSanitizer). Here the copy is made where the value's type is still generic, and
   /// nothing is written back. `LockedValueTests` holds this.
-  @inline(__always)
-  package func load() -> Value {
+  @inlinable @inline(__always)
+  public func load() -> Value {
     withLock { $0 }
   }
 
   /// Runs `body` with exclusive access to the value. For a function-typed value, read with
   /// `load()` instead (see there).
-  @inline(__always)
-  package func withLock<T, E: Error>(_ body: (inout Value) throws(E) -> T) throws(E) -> T {
+  @inlinable @inline(__always)
+  public func withLock<T, E: Error>(_ body: (inout Value) throws(E) -> T) throws(E) -> T {
     try storage.withUnsafeMutablePointers { (value, mutex) throws(E) -> T in
       pthread_mutex_lock(mutex)
       defer { pthread_mutex_unlock(mutex) }
