@@ -254,10 +254,14 @@ static inline int cls_inotify_event_at(const void *buffer, int length, int offse
 
 /// A group's state word (`Group.swift`): 64 bits read and added to as a whole, whose low
 /// half (the negated count) `enter` also subtracts from alone, so that leaving zero borrows
-/// nothing from the high half (the generation) — libdispatch's group does the same. Mixed
-/// 32- and 64-bit atomic read-modify-writes of one aligned word are ordered by the cache
-/// line they share on x86-64 and arm64 (the architectures this builds for); C sees the two
-/// views through a union. The low half is the first four bytes: little-endian only.
+/// nothing from the high half (the generation) — libdispatch's group does the same. C11
+/// leaves mixed-size atomics on one object undefined; this relies, as libdispatch does, on
+/// x86-64 and arm64, where a locked 32-bit and a locked 64-bit read-modify-write of one
+/// aligned word are each atomic on the cache line they share and so are totally ordered.
+/// C sees the two views through a union; the low half is the first four bytes.
+#if !defined(__x86_64__) && !defined(__aarch64__)
+#error "cls_group_word relies on x86-64 or arm64 (mixed-size atomics on one word)"
+#endif
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "cls_group_word assumes a little-endian machine"
 #endif

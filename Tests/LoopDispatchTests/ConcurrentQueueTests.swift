@@ -308,8 +308,8 @@ import Testing
       #expect(done.current == 100)
       #expect(violations.current == 0)
       #expect(!queue.backlogHintIsUp)
-      // No backlog: the next item starts with one write (the `sync` above wrote the word
-      // too, on either path).
+      // No backlog: the next item starts with one write (counted from here: whether the
+      // `sync` above wrote the word depends on the path it took).
       let before = queue.submitWordWrites
       queue.async {}
       #expect(queue.submitWordWrites == before + 1)

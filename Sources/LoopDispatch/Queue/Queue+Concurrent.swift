@@ -103,8 +103,9 @@ extension Queue {
         if starts {
           next = current.starting(barrier: barrier)
         } else {
+          // `pending` is empty here (see above): this item becomes the head.
           var flags = ConcurrentWord.pending
-          if state.pending.isEmpty && barrier { flags |= ConcurrentWord.barrierHead }
+          if barrier { flags |= ConcurrentWord.barrierHead }
           next = ConcurrentWord(current.raw | flags)
         }
         countSubmitWordWrite()

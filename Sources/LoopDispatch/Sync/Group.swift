@@ -40,8 +40,9 @@ public final class Group: @unchecked Sendable {
   // @unchecked Sendable: the state and the doorbell are atomic; `notifications` is behind
   // its lock.
   /// The state word, in an allocation of its own: `enter`'s 32-bit subtract needs its
-  /// address (`cls_group_word`). Safe: allocated and initialised here, freed in `deinit`,
-  /// and only ever accessed through the shims' atomic operations.
+  /// address (`cls_group_word`). Safe: allocated and initialised here (a plain store,
+  /// before the group is shared), freed in `deinit`, and otherwise only accessed through
+  /// the shims' atomic operations.
   private let state: UnsafeMutablePointer<cls_group_word> = {
     let word = UnsafeMutablePointer<cls_group_word>.allocate(capacity: 1)
     word.initialize(to: cls_group_word(whole: 0))
