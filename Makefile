@@ -116,10 +116,11 @@ docs: deps
 	SWIFT=$(SWIFT) scripts/build-docs.sh
 
 ## bench-http: wrk against `Examples serve` (built as `make run` builds it), the same server on
-## Apple's Dispatch and the same routes on libevent's evhttp in C, 127.0.0.1 only; installs wrk
-## (apt-get) when it is missing. RUNS, DURATION, CONNECTIONS, ROUTES, MODE (neighbours: one busy
-## process beside the servers and wrk; quota: each server in a cgroup limited to 1 CPU): see the
-## script.
+## Apple's Dispatch and the same routes on libevent's evhttp in C, plus on SwiftNIO when NIO_PATH
+## names a swift-nio checkout (its siblings swift-atomics, swift-collections, swift-system beside
+## it; no network), 127.0.0.1 only; installs wrk (apt-get) when it is missing. RUNS, DURATION,
+## CONNECTIONS, ROUTES, MODE (neighbours: one busy process beside the servers and wrk; quota:
+## each server in a cgroup limited to 1 CPU), NIO_PATH: see the script.
 bench-http: deps
 	@if ! command -v wrk >/dev/null 2>&1; then \
 	  echo "Installing wrk with apt-get..."; \

@@ -1,18 +1,26 @@
 #!/usr/bin/env bash
-# wrk against three HTTP servers with the same routes and answers, on 127.0.0.1 only:
+# wrk against three HTTP servers (four with NIO_PATH) with the same routes and answers, on
+# 127.0.0.1 only:
 #   LoopDispatch  `Examples serve` (root package), built as `make run` builds it (release,
 #                 warnings as errors), so the binary measured is the one a user runs;
 #   Dispatch      the same server written with Apple's Dispatch (`DispatchServe`, this package);
 #   evhttp        the routes on libevent's own HTTP server in C (`EvhttpServe`, this package):
-#                 one event_base, one thread, /hash computed inline on the loop thread.
+#                 one event_base, one thread, /hash computed inline on the loop thread;
+#   SwiftNIO      only when NIO_PATH is set: the routes on SwiftNIO (`NIOServe`, its own package
+#                 in Benchmarks/NIOServe): System.coreCount event loops, NIO's HTTP/1.1
+#                 pipeline, /hash computed inline on the connection's loop. NIO_PATH is a
+#                 swift-nio checkout whose siblings are swift-atomics, swift-collections and
+#                 swift-system (no network: swift-nio uses them when SWIFTCI_USE_LOCAL_DEPS=1,
+#                 which the build sets).
 #
-# For each run (the order of the servers rotates from run to run, so each goes first, second and
-# third in turn), each server is started on a free port (--port 0, the port parsed from its
+# For each run (the order of the servers rotates from run to run, so each goes first, second,
+# and so on, in turn), each server is started on a free port (--port 0, the port parsed from its
 # "listening on" line), probed, loaded with
 #   wrk -t$THREADS -c$CONNECTIONS -d$DURATION --latency http://127.0.0.1:PORT/ROUTE
 # for every route, then stopped with SIGTERM; it must exit 0 within 10 s. Prints a Markdown table
-# per run and one of medians: requests/s, p99 latency, and the ratios LoopDispatch/Dispatch and
-# LoopDispatch/evhttp (requests/s; above 1 means LoopDispatch served more).
+# per run and one of medians: requests/s, p99 latency, and the ratios LoopDispatch/Dispatch,
+# LoopDispatch/evhttp and, with NIO_PATH, LoopDispatch/SwiftNIO (requests/s; above 1 means
+# LoopDispatch served more).
 #
 # MODE (see Benchmarks/scripts/bench-mode.sh):
 #   quiet       (default) as above.
@@ -21,7 +29,9 @@
 #               last one stops (the builds happen before); killed at exit, also on Ctrl-C.
 #   quota       each server runs in a scratch cgroup limited to 1 CPU (QUOTA_CPUS overrides); wrk
 #               runs outside it. `Examples serve` sizes its pool from the quota, DispatchServe
-#               does not, evhttp has one thread anyway. Also prints the periods each server was
+#               does not, evhttp has one thread anyway; SwiftNIO's System.coreCount reads the
+#               quota of /sys/fs/cgroup only (the cgroup root), not the scratch cgroup's, so it
+#               does not either (use NIO_ARGS="--threads 1" to size it by hand). Also prints the periods each server was
 #               throttled. Prints "skipped: ..." and exits 0 where no writable cpu controller
 #               exists.
 # The mode is printed in the heading above the tables.
@@ -30,7 +40,8 @@
 #   QUOTA_CPUS,
 #   ROUTES ("/ /hash?bytes=1000"), EXAMPLES_ROOT (the package that builds `Examples`; default
 #   the repository root), DISPATCH_ARGS (extra DispatchServe flags, e.g. "--idle-timer after"),
-#   EVHTTP_ARGS (extra EvhttpServe flags), SKIP_BUILD=1 (use the existing release binaries).
+#   EVHTTP_ARGS (extra EvhttpServe flags), NIO_PATH (see above; unset: no SwiftNIO), NIO_ARGS
+#   (extra NIOServe flags, e.g. "--threads 1"), SKIP_BUILD=1 (use the existing release binaries).
 #   Raw wrk output and server logs are kept in a temporary directory whose path is printed at
 #   the end.
 set -euo pipefail
@@ -52,7 +63,19 @@ THREADS="${THREADS:-2}"
 read -r -a routes <<<"${ROUTES:-/ /hash?bytes=1000}"
 read -r -a dispatch_args <<<"${DISPATCH_ARGS:-}"
 read -r -a evhttp_args <<<"${EVHTTP_ARGS:-}"
+read -r -a nio_args <<<"${NIO_ARGS:-}"
 servers=(LoopDispatch Dispatch evhttp)
+nio_path=""
+if [[ -n "${NIO_PATH:-}" ]]; then
+  nio_path="$(cd "$NIO_PATH" && pwd)"  # NIOServe's manifest takes it relative to its directory
+  for sibling in swift-atomics swift-collections swift-system; do
+    if [[ ! -f "$nio_path/../$sibling/Package.swift" ]]; then
+      echo "NIO_PATH=$NIO_PATH: no $sibling checkout beside it ($nio_path/../$sibling)" >&2
+      exit 1
+    fi
+  done
+  servers+=(SwiftNIO)
+fi
 
 if ! command -v wrk >/dev/null 2>&1; then
   echo "wrk not found; install it with: apt-get install -y wrk" >&2
@@ -66,6 +89,14 @@ if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
   (cd "$examples_root" && "$SWIFT" build -c release "${werror[@]}" --product Examples)
   (cd "$benchmarks" && "$SWIFT" build -c release "${werror[@]}" --product DispatchServe)
   (cd "$benchmarks" && "$SWIFT" build -c release "${werror[@]}" --product EvhttpServe)
+fi
+# NIOServe: warnings are errors in its own target only (its manifest), not in swift-nio's.
+nio_swift() {
+  (cd "$benchmarks/NIOServe" && NIO_PATH="$nio_path" SWIFTCI_USE_LOCAL_DEPS=1 "$SWIFT" "$@")
+}
+if [[ -n "$nio_path" ]]; then
+  [[ "${SKIP_BUILD:-0}" == 1 ]] || nio_swift build -c release --product NIOServe
+  nio_bin="$(nio_swift build -c release --show-bin-path)/NIOServe"
 fi
 loopdispatch_bin="$(cd "$examples_root" && "$SWIFT" build -c release "${werror[@]}" --show-bin-path)/Examples"
 benchmarks_bin="$(cd "$benchmarks" && "$SWIFT" build -c release "${werror[@]}" --show-bin-path)"
@@ -96,6 +127,7 @@ start_server() {
     LoopDispatch) server=("$loopdispatch_bin" serve --port 0) ;;
     Dispatch) server=("$dispatch_bin" --port 0 ${dispatch_args[@]+"${dispatch_args[@]}"}) ;;
     evhttp) server=("$evhttp_bin" --port 0 ${evhttp_args[@]+"${evhttp_args[@]}"}) ;;
+    SwiftNIO) server=("$nio_bin" --port 0 ${nio_args[@]+"${nio_args[@]}"}) ;;
   esac
   # Made here, not only by the server's redirection: the loop below may read it before the
   # forked child has opened it (seen with a busy neighbour: sed "can't read", and set -e exit).
@@ -197,7 +229,7 @@ bench_mode_start
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 for run in $(seq "$RUNS"); do
   # Run 1: LoopDispatch Dispatch evhttp; run 2: Dispatch evhttp LoopDispatch; run 3: evhttp
-  # LoopDispatch Dispatch; and again.
+  # LoopDispatch Dispatch; and again (with SwiftNIO last in run 1, the rotation has four steps).
   first=$(((run - 1) % ${#servers[@]}))
   order=("${servers[@]:first}" "${servers[@]:0:first}")
   echo "run $run of $RUNS: ${order[*]}" >&2
@@ -206,9 +238,10 @@ done
 load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
 bench_mode_stop
 
-# table TITLE FILTER: a Markdown table from the results; FILTER picks rows ("all" = medians).
+# table FILTER: a Markdown table from the results; FILTER picks rows (a run, or "median"). The
+# SwiftNIO rows and ratio column only when it ran.
 table() {
-  awk -F'\t' -v want="$1" -v routes="${routes[*]}" '
+  awk -F'\t' -v want="$1" -v routes="${routes[*]}" -v nio="${nio_path:+1}" '
     function median(list,   a, n, i, t) {
       n = split(list, a, " ")
       for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
@@ -218,15 +251,19 @@ table() {
       rps[$2, $3] = rps[$2, $3] " " $4; p99[$2, $3] = p99[$2, $3] " " $5
     }
     END {
-      print "| server | route | requests/s | p99 latency | LoopDispatch/Dispatch (req/s) | LoopDispatch/evhttp (req/s) |"
-      print "|---|---|---:|---:|---:|---:|"
+      print "| server | route | requests/s | p99 latency | LoopDispatch/Dispatch (req/s) | LoopDispatch/evhttp (req/s) |" (nio ? " LoopDispatch/SwiftNIO (req/s) |" : "")
+      print "|---|---|---:|---:|---:|---:|" (nio ? "---:|" : "")
+      blank = nio ? " | | |" : " | |"
       n = split(routes, r, " ")
       for (i = 1; i <= n; i++) {
         l = median(rps["LoopDispatch", r[i]]); d = median(rps["Dispatch", r[i]])
         e = median(rps["evhttp", r[i]])
-        printf "| LoopDispatch | `%s` | %.0f | %.2f ms | %.2fx | %.2fx |\n", r[i], l, median(p99["LoopDispatch", r[i]]), l / d, l / e
-        printf "| Dispatch | `%s` | %.0f | %.2f ms | | |\n", r[i], d, median(p99["Dispatch", r[i]])
-        printf "| evhttp | `%s` | %.0f | %.2f ms | | |\n", r[i], e, median(p99["evhttp", r[i]])
+        printf "| LoopDispatch | `%s` | %.0f | %.2f ms | %.2fx | %.2fx |", r[i], l, median(p99["LoopDispatch", r[i]]), l / d, l / e
+        if (nio) { s = median(rps["SwiftNIO", r[i]]); printf " %.2fx |", l / s }
+        printf "\n"
+        printf "| Dispatch | `%s` | %.0f | %.2f ms |%s\n", r[i], d, median(p99["Dispatch", r[i]]), blank
+        printf "| evhttp | `%s` | %.0f | %.2f ms |%s\n", r[i], e, median(p99["evhttp", r[i]]), blank
+        if (nio) printf "| SwiftNIO | `%s` | %.0f | %.2f ms |%s\n", r[i], s, median(p99["SwiftNIO", r[i]]), blank
       }
     }' "$results"
 }
