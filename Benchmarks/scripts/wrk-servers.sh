@@ -31,9 +31,9 @@
 #               runs outside it. `Examples serve` sizes its pool from the quota, DispatchServe
 #               does not, evhttp has one thread anyway; SwiftNIO's System.coreCount reads the
 #               quota of /sys/fs/cgroup only (the cgroup root), not the scratch cgroup's, so it
-#               does not either (use NIO_ARGS="--threads 1" to size it by hand). Also prints the periods each server was
-#               throttled. Prints "skipped: ..." and exits 0 where no writable cpu controller
-#               exists.
+#               does not either (NIO_ARGS="--threads 1" sizes it by hand). Also prints the
+#               periods each server was throttled. Prints "skipped: ..." and exits 0 where no
+#               writable cpu controller exists.
 # The mode is printed in the heading above the tables.
 #
 # Environment: RUNS (3), DURATION (10s), CONNECTIONS (64), THREADS (2), MODE, NEIGHBOURS,
