@@ -252,41 +252,4 @@ static inline int cls_inotify_event_at(const void *buffer, int length, int offse
   return next;
 }
 
-/// A group's state word (`Group.swift`): 64 bits read and added to as a whole, whose low
-/// half (the negated count) `enter` also subtracts from alone, so that leaving zero borrows
-/// nothing from the high half (the generation) — libdispatch's group does the same. C11
-/// leaves mixed-size atomics on one object undefined; this relies, as libdispatch does, on
-/// x86-64 and arm64, where a locked 32-bit and a locked 64-bit read-modify-write of one
-/// aligned word are each atomic on the cache line they share and so are totally ordered.
-/// C sees the two views through a union; the low half is the first four bytes.
-#if !defined(__x86_64__) && !defined(__aarch64__)
-#error "cls_group_word relies on x86-64 or arm64 (mixed-size atomics on one word)"
-#endif
-#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "cls_group_word assumes a little-endian machine"
-#endif
-typedef union {
-  uint64_t whole;
-  uint32_t halves[2];  // [0]: the low half
-} cls_group_word;
-
-/// `enter`: one 32-bit atomic subtract from the low half (relaxed); returns its old value.
-static inline uint32_t cls_group_enter(cls_group_word *word) {
-  return __atomic_fetch_sub(&word->halves[0], 1, __ATOMIC_RELAXED);
-}
-
-/// `leave`: one 64-bit atomic add of 1 (sequentially consistent, see `Group.leave`); the
-/// low half's carry moves into the high half. Returns the old word.
-static inline uint64_t cls_group_leave(cls_group_word *word) {
-  return __atomic_fetch_add(&word->whole, 1, __ATOMIC_SEQ_CST);
-}
-
-static inline uint64_t cls_group_load_acquire(cls_group_word *word) {
-  return __atomic_load_n(&word->whole, __ATOMIC_ACQUIRE);
-}
-
-static inline uint64_t cls_group_load_seq_cst(cls_group_word *word) {
-  return __atomic_load_n(&word->whole, __ATOMIC_SEQ_CST);
-}
-
 #endif

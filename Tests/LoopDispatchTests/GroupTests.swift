@@ -226,10 +226,11 @@ import Testing
   }
 
   #if DEBUG
-    /// `enter` from zero takes COUNT to 0xFFFF_FFFF without borrowing from GENERATION (its
-    /// 32-bit subtract), and the `leave` back to zero carries into it: one generation per
-    /// return to zero, over several rounds and from a count above one. A 64-bit subtract
-    /// would take GENERATION back by one at each first `enter` (checked: this fails).
+    /// `enter` from zero takes COUNT to 0xFFFF_FFFF without borrowing from GENERATION (an
+    /// addition of 0xFFFF_FFFF there, not a subtraction), and the `leave` back to zero
+    /// carries into it: one generation per return to zero, over several rounds and from a
+    /// count above one. A plain 64-bit subtract would take GENERATION back by one at each
+    /// first `enter` (checked: this fails).
     @Test func enterFromZeroLeavesTheGenerationAlone() {
       let group = Group()
       let start = group.generation

@@ -1,12 +1,11 @@
-import CLoopShims
 @_spi(LoopDispatchRuntime) import MainLoop
 import Synchronization
 
 /// Tracks a set of work: `enter` before each piece, `leave` after it; `wait` and `notify`
 /// act when the count returns to zero.
 ///
-/// The state word (`state`, atomic, through the `cls_group_*` shims) packs the count and the
-/// generation, so that reaching zero and ending a generation are one atomic step:
+/// The state word (`state`, atomic) packs the count and the generation, so that reaching
+/// zero and ending a generation are one atomic step:
 ///
 /// | bits    | name       | meaning                                                       |
 /// | ------- | ---------- | ------------------------------------------------------------- |
@@ -18,13 +17,14 @@ import Synchronization
 ///    the count negated, so the `leave` that takes it from one (0xFFFF_FFFF) to zero carries
 ///    out of COUNT into GENERATION: reaching zero ends the generation in the same step (the
 ///    shape of libdispatch's group). `enter` takes one from COUNT without touching
-///    GENERATION: one 32-bit atomic subtract from the word's low half, which from zero wraps
-///    to 0xFFFF_FFFF inside COUNT instead of borrowing from GENERATION. Neither side
-///    retries: the submitter enters once per item and the workers leave once each, one
-///    locked instruction apiece. (A compare-and-swap `enter` read the word first and then
-///    wrote it: two transfers of the line the leaving workers had just written, and a retry
-///    whenever one of them left in between; perf put 37% of a submitting main thread's
-///    samples there, group_main.)
+///    GENERATION: a subtraction, or from zero (where a subtraction would borrow from
+///    GENERATION) an addition of 0xFFFF_FFFF, chosen by a compare-and-swap. The submitter
+///    enters once per item, and the workers that leave never retry. (A single 32-bit
+///    subtract on the low half, libdispatch's form, was tried and measured: a submitting
+///    main thread's samples stayed on the line's transfer from the last leaving worker,
+///    which one locked instruction pays as the compare-and-swap does; group_main did not
+///    move. It would cost an allocation of its own for the word and C11's undefined
+///    mixed-size atomics.)
 /// 2. The `leave` that ended a generation rings `doorbell` (a futex word) and wakes its
 ///    sleepers if any are registered, then submits the notifications registered during the
 ///    generation it ended, each once.
@@ -39,15 +39,7 @@ import Synchronization
 public final class Group: @unchecked Sendable {
   // @unchecked Sendable: the state and the doorbell are atomic; `notifications` is behind
   // its lock.
-  /// The state word, in an allocation of its own: `enter`'s 32-bit subtract needs its
-  /// address (`cls_group_word`). Safe: allocated and initialised here (a plain store,
-  /// before the group is shared), freed in `deinit`, and otherwise only accessed through
-  /// the shims' atomic operations.
-  private let state: UnsafeMutablePointer<cls_group_word> = {
-    let word = UnsafeMutablePointer<cls_group_word>.allocate(capacity: 1)
-    word.initialize(to: cls_group_word(whole: 0))
-    return word
-  }()
+  private let state = Atomic<UInt64>(0)
   /// Rung (incremented) after each generation ends; waiters sleep on it. Only a hint: the
   /// truth is GENERATION in `state`, which a waiter re-reads after every wake.
   private let doorbell = FutexWord(0)
@@ -76,11 +68,6 @@ public final class Group: @unchecked Sendable {
   /// Creates an empty group.
   public init() {}
 
-  deinit {
-    state.deinitialize(count: 1)
-    state.deallocate()
-  }
-
   /// Makes `owner` (which holds this group) the object kept alive while work is
   /// outstanding, instead of the group alone. Call before the group is shared.
   package func keepAlive(by owner: AnyObject) {
@@ -96,7 +83,7 @@ public final class Group: @unchecked Sendable {
   #if DEBUG
     /// GENERATION, for tests of the state word.
     package var generation: UInt32 {
-      UInt32(truncatingIfNeeded: cls_group_load_acquire(state) >> 32)
+      UInt32(truncatingIfNeeded: state.load(ordering: .acquiring) >> 32)
     }
   #endif
 
@@ -106,14 +93,22 @@ public final class Group: @unchecked Sendable {
   /// retain, taken by the `enter` that leaves zero and dropped by the `leave` that returns
   /// to it — as libdispatch does — so work in flight never needs a reference of its own.
   public func enter() {
-    // Relaxed, as an increment: the entered work has not been published yet. From zero COUNT
-    // becomes 0xFFFF_FFFF with no borrow out of it (see the table).
-    let count = Self.count(UInt64(cls_group_enter(state)))
-    if count == 0 {
-      _ = owner.retain()
-    } else if count == UInt32.max {
-      // The subtraction wrapped COUNT to zero; nothing is consistent past this point.
-      clientBug("Group.enter() called 4294967295 times without a leave() (count overflow)")
+    var current = state.load(ordering: .relaxed)
+    while true {
+      let count = Self.count(current)
+      if count == UInt32.max {
+        clientBug("Group.enter() called 4294967295 times without a leave() (count overflow)")
+      }
+      // From zero: COUNT becomes 0xFFFF_FFFF with no borrow out of it (see the table).
+      let desired = count == 0 ? current &+ Self.countMask : current &- 1
+      // Relaxed, as an increment: the entered work has not been published yet.
+      let (exchanged, original) = state.compareExchange(
+        expected: current, desired: desired, ordering: .relaxed)
+      if exchanged {
+        if count == 0 { _ = owner.retain() }
+        return
+      }
+      current = original
     }
   }
 
@@ -124,7 +119,7 @@ public final class Group: @unchecked Sendable {
     // other side is the waiter's increment of `sleepers` then its load of `state`. Both
     // sides must be sequentially consistent for "either the waiter sees the new generation,
     // or we see the waiter" to hold.
-    let previous = cls_group_leave(state)
+    let previous = state.wrappingAdd(1, ordering: .sequentiallyConsistent).oldValue
     let count = Self.count(previous)
     switch count {
     case 0:
@@ -167,14 +162,14 @@ public final class Group: @unchecked Sendable {
   /// waits, even if new work enters at once afterwards.
   @discardableResult
   public func wait(timeout deadline: Deadline = .distantFuture) -> WaitResult {
-    let first = cls_group_load_acquire(state)
+    let first = state.load(ordering: .acquiring)
     if first & Self.countMask == 0 { return .success }
     let started = first >> 32
     sleepers.wrappingAdd(1, ordering: .sequentiallyConsistent)
     defer { sleepers.wrappingSubtract(1, ordering: .sequentiallyConsistent) }
     while true {
       let rung = doorbell.atomic.pointee.load(ordering: .sequentiallyConsistent)
-      let now = cls_group_load_seq_cst(state)
+      let now = state.load(ordering: .sequentiallyConsistent)
       // Acquiring through the sequentially consistent load: the work of the generation
       // that ended is visible to the caller.
       if now >> 32 != started || now & Self.countMask == 0 { return .success }
@@ -192,10 +187,10 @@ public final class Group: @unchecked Sendable {
   /// Each notification runs once, when the generation current at this call ends.
   public func notify(queue: Queue, execute work: @escaping @Sendable () -> Void) {
     let now = notifications.withLock { list -> Bool in
-      // Under the lock: the `leave` that ends this generation takes the lock after its add,
-      // so it finds this entry, or this load already sees the new generation (count zero,
-      // or a later generation that this entry then belongs to).
-      let current = cls_group_load_acquire(state)
+      // Under the lock: the `leave` that ends this generation takes the lock after its
+      // compare-and-swap, so it finds this entry, or this load already sees the new
+      // generation (count zero, or a later generation that this entry then belongs to).
+      let current = state.load(ordering: .acquiring)
       if current & Self.countMask == 0 { return true }
       list.append(
         PendingNotification(
