@@ -14,8 +14,10 @@
 #    median CPU ns/op of each side (getrusage RUSAGE_SELF user+sys over the timed section),
 #    the median heap allocations per op of each side (bench.c interposes malloc and friends
 #    and counts every call in the process during the timed section), and the range (min–max)
-#    of the wall figures across the runs. (after_dense: the wall figures are the p99 timer
-#    lateness in ns, not ns/op.)
+#    of the wall figures across the runs; then the paired ratio: ours over libdispatch within
+#    each run (the two processes ran back to back, so a neighbour's or the host's slow minute
+#    weighs on both), its median and its range across the runs. (after_dense: the wall figures
+#    are the p99 timer lateness in ns, not ns/op.)
 #
 #
 # MODE (see Benchmarks/scripts/bench-mode.sh):
@@ -165,11 +167,12 @@ awk -F'\t' -v runs="$runs" -v swift_sync="$swift_sync" '
     value[side, row, "wall", n] = $4
     value[side, row, "cpu", n] = $5
     value[side, row, "allocs", n] = $6
+    wall[side, row, $2] = $4
     if (!(row in seen)) { seen[row] = 1; order[++rows] = row; name[row] = $NF }
   }
   END {
-    print "| Row | LoopDispatch ns/op | libdispatch ns/op | Ratio ours/libdispatch | CPU ns/op (ours) | CPU ns/op (libdispatch) | allocs/op (ours) | allocs/op (libdispatch) | Range ours (min–max) | Range libdispatch (min–max) |"
-    print "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    print "| Row | LoopDispatch ns/op | libdispatch ns/op | Ratio ours/libdispatch | CPU ns/op (ours) | CPU ns/op (libdispatch) | allocs/op (ours) | allocs/op (libdispatch) | Range ours (min–max) | Range libdispatch (min–max) | Paired ratio, median (min–max) |"
+    print "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     for (r = 1; r <= rows; r++) {
       row = order[r]
       ours = stat("loopdispatch", row, "wall", "median")
@@ -179,16 +182,24 @@ awk -F'\t' -v runs="$runs" -v swift_sync="$swift_sync" '
       # noise between the two binaries of the harness, shown as such and not a result.
       if (row == "call" && ratio != "n/a") ratio = "control " ratio
       med[row, "ours"] = ours; med[row, "theirs"] = theirs
-      printf "| `%s`: %s | %s | %s | %s | %s | %s | %s | %s | %s–%s | %s–%s |\n", row, name[row],
+      # The paired ratio: per run, ours over theirs, over the runs where both sides ran.
+      np = 0; delete pr
+      for (i = 1; i <= runs; i++)
+        if ((("loopdispatch", row, i) in wall) && (("libdispatch", row, i) in wall) && wall["libdispatch", row, i] > 0)
+          pr[++np] = wall["loopdispatch", row, i] / wall["libdispatch", row, i]
+      paired = "n/a"
+      if (np > 0) { pm = median(pr, np); paired = sprintf("%.2fx (%.2f–%.2f)", pm, pr[1], pr[np]) }
+      printf "| `%s`: %s | %s | %s | %s | %s | %s | %s | %s | %s–%s | %s–%s | %s |\n", row, name[row],
         fmt(ours), fmt(theirs), ratio,
         fmt(stat("loopdispatch", row, "cpu", "median")), fmt(stat("libdispatch", row, "cpu", "median")),
         fmt_allocs(stat("loopdispatch", row, "allocs", "median")), fmt_allocs(stat("libdispatch", row, "allocs", "median")),
         fmt(stat("loopdispatch", row, "wall", "min")), fmt(stat("loopdispatch", row, "wall", "max")),
-        fmt(stat("libdispatch", row, "wall", "min")), fmt(stat("libdispatch", row, "wall", "max"))
+        fmt(stat("libdispatch", row, "wall", "min")), fmt(stat("libdispatch", row, "wall", "max")),
+        paired
     }
     print ""
     printf "Medians of %d runs per side; every row in a fresh process, the two binaries alternating row by row (the side that goes first alternates between runs). ", runs
-    print "Each row runs once untimed at a tenth of its size, then once timed. CPU ns/op = getrusage(RUSAGE_SELF) user + system of the whole process over the timed section, per op. allocs/op = heap allocations (malloc, calloc, realloc, posix_memalign, aligned_alloc, ...; interposed in the executable, so the calls of the libraries count too) of the whole process over the timed section, per op. Ratio below 1: LoopDispatch is faster."
+    print "Each row runs once untimed at a tenth of its size, then once timed. CPU ns/op = getrusage(RUSAGE_SELF) user + system of the whole process over the timed section, per op. allocs/op = heap allocations (malloc, calloc, realloc, posix_memalign, aligned_alloc, ...; interposed in the executable, so the calls of the libraries count too) of the whole process over the timed section, per op. Ratio below 1: LoopDispatch is faster. The paired ratio divides the two sides run by run (each run'"'"'s two processes ran back to back) and takes the median of those quotients: a slow stretch of the machine weighs on both sides of a pair, so it separates a change from a lucky set better than the ratio of the two medians."
     if ("call" in seen)
       print "`call` is the control row: both binaries run the same loop of indirect calls and no dispatch, so its ratio is the noise between two processes in this mode, not a result; a ratio on another row within that distance of 1.00x is a tie."
     if ("after_dense" in seen)
