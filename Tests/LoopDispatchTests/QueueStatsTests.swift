@@ -96,10 +96,32 @@ import Testing
 
   @Test func concurrentQueueWaitIsMeasured() throws {
     let queue = Queue(label: "stats.concurrent.wait", attributes: .concurrent)
-    let heldFor = heldWhileSuspended(queue, milliseconds: 20) { queue.async {} }
-    let drained = try #require(eventually(label: queue.label) { $0.completed == 1 })
+    // Eight submissions from one thread: exactly one of them is timed (one in eight per
+    // thread), and all eight were held.
+    let heldFor = heldWhileSuspended(queue, milliseconds: 20) {
+      for _ in 0..<8 { queue.async {} }
+    }
+    let drained = try #require(eventually(label: queue.label) { $0.completed == 8 })
     #expect(drained.maxWait >= heldFor * 0.99)
+    #expect(drained.recentWait >= heldFor * 0.99 / 8)
   }
+
+  #if DEBUG
+    /// A concurrent queue's submissions read the clock for one item in eight per submitting
+    /// thread, and the starts of the others read none (`Ticks.sampledStamp`): 80 items from
+    /// this thread give exactly 10 timed starts, whatever this thread submitted before.
+    /// (Every item timed, as before the sampling, gives 80.)
+    @Test func aConcurrentQueueTimesOneSubmissionInEightPerThread() throws {
+      let queue = Queue(label: "stats.concurrent.sampled", attributes: .concurrent)
+      let heldFor = heldWhileSuspended(queue, milliseconds: 10) {
+        for _ in 0..<80 { queue.async {} }
+      }
+      let drained = try #require(eventually(label: queue.label) { $0.completed == 80 })
+      #expect(drained.submitted == 80)
+      #expect(drained.maxWait >= heldFor * 0.99)
+      #expect(queue.timedStarts == 10)
+    }
+  #endif
 
   @Test func releasedQueuesFoldIntoTheirLabelSoCountersNeverDecrease() throws {
     let label = "stats.fold.\(getpid())"

@@ -13,7 +13,7 @@
 // the thread pointer out of the GOT (set once when the library is loaded) and then accesses
 // `%fs:offset` directly, as libdispatch does for its own thread-locals. The cost: the
 // variables live in the static TLS block, so a library loaded with dlopen after startup draws
-// on glibc's surplus static TLS space (hundreds of bytes; these take 84). Hidden: they are
+// on glibc's surplus static TLS space (hundreds of bytes; these take 88). Hidden: they are
 // not part of the library's interface.
 //
 // Thread-safety: each slot belongs to the calling thread; nothing here is shared.
@@ -53,6 +53,16 @@ extern __thread void *lds_sync_waiter LDS_THREAD_SLOT;
 /// still holds its slot of the cap (Sources/LoopDispatch/Pool/Overcommit.swift,
 /// `runDivertedDrain`), or NULL.
 extern __thread void *lds_diverted_drain LDS_THREAD_SLOT;
+
+/// The calling thread's count of submissions that asked whether to read the clock
+/// (Sources/LoopDispatch/Internal/Ticks.swift, `Ticks.sampledStamp`); wraps.
+extern __thread unsigned lds_stamp_count LDS_THREAD_SLOT;
+
+/// Whether the calling thread's submission should be stamped: the first of every `period`
+/// (a power of two) of this thread's submissions, counted since the thread began.
+static inline int lds_stamp_due(unsigned period) {
+  return (lds_stamp_count++ & (period - 1)) == 0;
+}
 
 static inline void *lds_frame_get(void) { return lds_frame; }
 static inline void lds_frame_set(void *frame) { lds_frame = frame; }

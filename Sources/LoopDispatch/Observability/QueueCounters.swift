@@ -53,8 +53,10 @@ final class QueueCounters: Sendable {
   /// Moving average of recent waits (weight 1/8), in `Ticks`.
   let recentWaitTicks = Atomic<UInt64>(0)
   #if DEBUG
-    /// Starts timed by the queue's holder (`recordStartExclusive`), for tests of the serial
-    /// drainer's sampling (`Queue+Serial.swift`, step 5). Written as the figures above are.
+    /// Starts timed: by a serial queue's holder (`recordStartExclusive`), for tests of the
+    /// drainer's sampling (`Queue+Serial.swift`, step 5), written as the figures above are;
+    /// and a concurrent queue's (`recordStartShared`, an atomic add), for tests of the
+    /// submissions' sampling (`Ticks.sampledStamp`).
     let timedStarts = Atomic<UInt64>(0)
     /// Read-modify-writes of a concurrent queue's word made by its submissions (failed
     /// compare-and-swaps included), for the test of step 1's backlog path
@@ -124,7 +126,7 @@ extension Queue {
   }
 
   #if DEBUG
-    /// Starts this queue's holders have timed (`QueueCounters.timedStarts`), for tests.
+    /// Starts this queue has timed (`QueueCounters.timedStarts`), for tests.
     package var timedStarts: UInt64 {
       guard let raw = countersPointer.load(ordering: .acquiring) else { return 0 }
       // Safe: retained by this queue until its deinit, and the caller holds the queue.
@@ -213,11 +215,16 @@ extension Queue {
       counters.syncSubmitted.load(ordering: .relaxed) &+ 1, ordering: .relaxed)
   }
 
-  /// Records an item's start from any thread (concurrent queues).
+  /// Records an item's start from any thread (concurrent queues): nothing, and no clock
+  /// read, for an item whose submission was not timed (`enqueuedAt` 0, `Ticks.sampledStamp`).
   @inline(__always)
   func recordStartShared(enqueuedAt: UInt64) {
+    guard enqueuedAt != 0 else { return }
     let wait = Ticks.elapsed(from: enqueuedAt, to: Ticks.now())
     withCounters { counters in
+      #if DEBUG
+        counters.timedStarts.add(1, ordering: .relaxed)
+      #endif
       if wait > counters.maxWaitTicks.load(ordering: .relaxed) {
         counters.maxWaitTicks.max(wait, ordering: .relaxed)
       }

@@ -34,10 +34,13 @@ public struct QueueStats: Sendable, Equatable {
   /// the first item of each run, every eighth item and the last it has taken (a clock read
   /// per item would be a third of a busy drain's cost): the figure can fall short by the
   /// time over which 8 consecutive items were submitted, and shows the last few waits of a
-  /// queue suspended mid-run when it resumes.
+  /// queue suspended mid-run when it resumes. A concurrent queue, and a global queue (the
+  /// worker pool's lane), time one item in eight of each submitting thread (its first, its
+  /// ninth, ...): a wait that every item behind a stall shares is seen, a wait that only a
+  /// lone item suffered may not be.
   public var maxWait: Duration
-  /// A moving average of recent waits (each new wait weighs 1/8; for a serial queue, of the
-  /// waits timed as ``maxWait`` says); for a label, the largest among its live queues.
+  /// A moving average of recent waits (each new wait weighs 1/8; of the waits timed as
+  /// ``maxWait`` says); for a label, the largest among its live queues.
   public var recentWait: Duration
 
   /// Creates figures; the runtime creates them in ``RuntimeStats/current``.

@@ -383,10 +383,12 @@ final class WorkerFigures: @unchecked Sendable {
   @inline(__always)
   func countLocalSubmission(lane: Int) { bump(lane) }
 
-  /// The owner starts a job submitted at `enqueuedAt` (owner only).
+  /// The owner starts a job submitted at `enqueuedAt`, 0 if its submission was not timed
+  /// (`Ticks.sampledStamp`): then no clock is read (owner only).
   @inline(__always)
   func recordStart(lane: Int, enqueuedAt: UInt64) {
     bump(Self.lanes + lane)
+    guard enqueuedAt != 0 else { return }
     let wait = Ticks.elapsed(from: enqueuedAt, to: Ticks.now())
     let maximum = words[3 * Self.lanes + lane].load(ordering: .relaxed)
     if wait > maximum { words[3 * Self.lanes + lane].store(wait, ordering: .relaxed) }
