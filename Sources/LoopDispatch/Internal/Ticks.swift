@@ -81,7 +81,7 @@ enum Ticks {
   /// One submission in this many, per submitting thread, is stamped by `sampledStamp`.
   static let stampPeriod: UInt32 = 8
 
-  /// The stamp of a pool job or a concurrent queue's item: the tick count for the first of
+  /// The stamp of a pool job or a queue's item: the tick count for the first of
   /// every `stampPeriod` submissions of the calling thread, 0 ("not timed") for the others,
   /// whose start then reads no clock either.
   ///
@@ -91,9 +91,9 @@ enum Ticks {
   /// figures these stamps feed (the longest and the recent wait of a lane or a queue) are
   /// then those of one item in eight from each thread. A stall holds up every item queued
   /// behind it, so a stall of eight or more items from one thread is seen whole; a wait
-  /// that only a lone item suffered can be missed. Serial queues stamp every submission
-  /// and sample starts instead (`startStampPeriod`): their first item of a drain, the one
-  /// that waited longest, is always timed.
+  /// that only a lone item suffered can be missed, except on a serial queue, which also
+  /// times the first item of each drain from the instant the drain was scheduled
+  /// (`Queue+Serial.swift`, step 5).
   ///
   /// 0 never occurs as a tick count (the counter and the uptime clock start long before any
   /// submission). The count is thread-local (`lds_stamp_count`): no shared write.

@@ -30,14 +30,14 @@ public struct QueueStats: Sendable, Equatable {
   public var completed: UInt64
   /// Items submitted and not yet finished: waiting, or running.
   public var depth: Int
-  /// The longest wait of any item from submission to start. A serial queue's drainer times
-  /// the first item of each run, every eighth item and the last it has taken (a clock read
-  /// per item would be a third of a busy drain's cost): the figure can fall short by the
-  /// time over which 8 consecutive items were submitted, and shows the last few waits of a
-  /// queue suspended mid-run when it resumes. A concurrent queue, and a global queue (the
-  /// worker pool's lane), time one item in eight of each submitting thread (its first, its
-  /// ninth, ...): a wait that every item behind a stall shares is seen, a wait that only a
-  /// lone item suffered may not be.
+  /// The longest wait of any item from submission to start, among the items timed (a clock
+  /// read per item would be a large share of a hand-off's cost). The main queue times the
+  /// first item of each run, every eighth and the last: the figure can fall short by the
+  /// time over which 8 consecutive items were submitted. Other queues time one item in
+  /// eight of each submitting thread (its first, its ninth, ...), and a serial queue also
+  /// the first item of each run, so that an item that waited alone is always measured. A
+  /// wait that the items behind a stall share is seen once eight of one thread's items are
+  /// behind it; a wait that only a lone item in the middle of a run suffered may not be.
   public var maxWait: Duration
   /// A moving average of recent waits (each new wait weighs 1/8; of the waits timed as
   /// ``maxWait`` says); for a label, the largest among its live queues.

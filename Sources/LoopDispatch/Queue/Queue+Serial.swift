@@ -37,20 +37,33 @@ import Synchronization
 /// 4. `sync` on an idle queue CASes 0 → SYNC_LOCKED (for each serial queue up its target
 ///    chain), runs the closure inline, clears the bit and re-checks like step 3. On a busy
 ///    queue it enqueues a `SyncWaiter` and waits for its turn (`QueueItem.swift`).
-/// 5. Wait figures (`QueueStats.maxWait`, `recentWait`): every item carries its submission
-///    stamp, but the drainer reads the clock for an item's start only for the first item of
-///    each drain, every `startStampPeriod`-th item, and the last item of the drainer's
-///    backlog (so the last item of a drain that empties the queue). A clock read (`rdtsc`)
-///    costs about 14 ns on this project's VMs, a third of a drain's cost per item when
-///    producers keep it busy; beside busy neighbours the drainer fell behind four producers
-///    and finished up to 50 ms after them (a median of 34 over 9 runs of a million items;
-///    libdispatch's, 1–10 ms). Every unstamped item has a stamped one less than
-///    `startStampPeriod` places after it (in this drain, or first in the next: after a
-///    yield, or the item a suspension put back), which starts no earlier: so its wait
-///    exceeds that item's by at most the time between their submissions, and once that item
-///    has started the maximum is that close to exact (a queue suspended mid-drain shows its
-///    last few waits at `resume()`). An item that waited alone (the first of its drain) is
-///    always measured.
+/// 5. Wait figures (`QueueStats.maxWait`, `recentWait`): a clock read (`rdtsc`) costs
+///    14–22 ns on this project's VMs, a third of a drain's cost per item when producers keep
+///    it busy, and as much again on each producer. So only some items are timed:
+///    (a) one submission in eight of each submitting thread carries a stamp
+///        (`Ticks.sampledStamp`), and the drainer times the start of every stamped item;
+///    (b) the submission whose `wakeUp` schedules a drain reads the clock once into
+///        `drainScheduledAt`, and the drain times its first item from that instant when the
+///        item carries no stamp. A queue that was idle was empty, so that item is the one
+///        whose submission scheduled the drain, a few instructions earlier: an item that
+///        waited alone is always measured. After a `resume()` the first item was submitted
+///        before the drain was scheduled, so (b) measures it from the schedule, less than its
+///        wait (an item of a suspended queue is timed from its submission only if (a)
+///        stamped it); a drain that yields clears the instant, so (b) does not time the first
+///        item after a yield.
+///    (c) The main queue, whose waits are the main thread's lag, stamps every item, and its
+///        drainer times the first item of each drain, every `mainStartStampPeriod`-th and
+///        the last of its backlog: every untimed item has a timed one less than eight places
+///        after it, submitted later and started no earlier, so the maximum falls short by
+///        at most the time over which eight items were submitted, and a lone item behind a
+///        stall is measured.
+///    Before (a), the drainer fell behind four producers beside busy neighbours and finished
+///    up to 50 ms after them (a median of 34 over 9 runs of a million items; libdispatch's,
+///    1–10 ms) when it read the clock for every start; with every submission stamped,
+///    `serial_4p` cost 115 ns an item (CPU 223) against 99 (182) with (a) (quiet, medians
+///    of 7). On a queue other than the main queue, a wait shared by the items behind a stall
+///    is seen once eight of one thread's items are behind it; a wait only a lone unstamped
+///    item in the middle of a run suffered may not be.
 enum SerialState {
   static let scheduled: UInt64 = 1 << 0
   static let syncLocked: UInt64 = 1 << 1
@@ -70,8 +83,9 @@ enum SerialState {
 /// Items a drainer runs before yielding its worker to other queues.
 let drainBudget = 128
 
-/// A drainer stamps the start of one item in this many (step 5); a power of two.
-let startStampPeriod = 8
+/// The main queue's drainer times the start of one item in this many (step 5); a power of
+/// two.
+let mainStartStampPeriod = 8
 
 extension Queue {
   // MARK: Submission
@@ -82,7 +96,9 @@ extension Queue {
     // A recycled node (`NodeCache`): no allocation in the steady state.
     let node = NodeCache.take()
     node.pointee.work = work
-    node.pointee.enqueuedAt = Ticks.now()
+    // Step 5: every item of the main queue is stamped, one submission in eight per thread of
+    // the others' (0: not timed).
+    node.pointee.enqueuedAt = kind == .main ? Ticks.now() : Ticks.sampledStamp()
     countSubmission()
     // One exchange, never a retry (several producers do not fail each other's CAS): the node
     // becomes the newest, then links to the one it displaced. Between the two stores a
@@ -133,6 +149,8 @@ extension Queue {
         expected: current, desired: current | SerialState.scheduled,
         ordering: .sequentiallyConsistent)
       if exchanged {
+        // Step 5 (b): the instant the first item of the drain starts waiting for it.
+        drainScheduledAt.store(Ticks.now(), ordering: .relaxed)
         // A wide queue's drain only moves items on to its back (`Queue+Wide.swift`): it must
         // not wait in the run-next slot of a worker whose item may run for long.
         scheduleDrain(yielding: yielding || current & SerialState.wide != 0)
@@ -203,17 +221,21 @@ extension Queue {
         }
         // Safe: the node is ours (taken from the backlog); its work moves out once.
         let work = node.pointee.work.take()!
-        let enqueuedAt = node.pointee.enqueuedAt
+        // Step 5: the item's stamp, or for the drain's first item the schedule's instant.
+        var enqueuedAt = node.pointee.enqueuedAt
+        if enqueuedAt == 0 && ran == 0 { enqueuedAt = drainScheduledAt.load(ordering: .relaxed) }
         NodeCache.give(node)
         if now & SerialState.wide != 0 {
           // Wide (`Queue+Wide.swift`, step 3): on to the back, in order; counted there.
           concurrentAccept(work, enqueuedAt: enqueuedAt)
         } else {
-          // Step 5: the start is stamped for the first item of a drain, every eighth, and
-          // the last of the backlog.
-          if ran & (startStampPeriod - 1) == 0 || backlogHead.load(ordering: .relaxed) == nil {
-            recordStartExclusive(enqueuedAt: enqueuedAt)
-          }
+          // Step 5: the main queue times the first item of a drain, every eighth and the last
+          // of the backlog; the others time the items that carry a stamp.
+          let timed =
+            kind == .main
+            ? ran & (mainStartStampPeriod - 1) == 0 || backlogHead.load(ordering: .relaxed) == nil
+            : enqueuedAt != 0
+          if timed { recordStartExclusive(enqueuedAt: enqueuedAt) }
           if kind == .main && MainStallWatchdog.isEnabled {
             MainStallWatchdog.shared.run(work, on: self)
           } else {
@@ -227,7 +249,9 @@ extension Queue {
         // would never meet the budget again.
         let budgetUsed = ran >= drainBudget
         if budgetUsed && serialHasPendingItems {
-          // Yield: go to the back of the target's line, still holding SCHEDULED.
+          // Yield: go to the back of the target's line, still holding SCHEDULED. The next
+          // drain's first item was submitted before this instant: step 5 (b) does not time it.
+          drainScheduledAt.store(0, ordering: .relaxed)
           scheduleDrain(yielding: true)
           yielded = true
           break

@@ -90,6 +90,11 @@ public final class Queue: @unchecked Sendable {
   private let serialPadKind = CacheLinePad()
   /// Atomic state word; bit table in `Queue+Serial.swift`.
   let state = Atomic<UInt64>(0)
+  /// Atomic. When the drain under way was scheduled, in ticks (`Queue+Serial.swift`, step
+  /// 5): written by the thread whose `wakeUp` set SCHEDULED, before it hands the drain on;
+  /// read by that drain. On `state`'s line, which both have just touched. Relaxed: the
+  /// hand-off of the drain (the pool's or the event loop's queue) publishes it.
+  let drainScheduledAt = Atomic<UInt64>(0)
   private let serialPadState = CacheLinePad()
   /// Atomic. Submitted items not yet taken by a drainer (a Treiber stack, newest first).
   let incoming = Atomic<JobNodePointer?>(nil)
