@@ -45,6 +45,30 @@ enum PoolJob: Sendable {
     return nil
   }
 
+  /// The group a `grouped` or `groupedFunction` job leaves when done, else nil.
+  @inline(__always)
+  var group: GroupReference? {
+    switch self {
+    case .grouped(_, let group), .groupedFunction(_, let group): return group
+    default: return nil
+    }
+  }
+
+  /// Runs a `grouped` or `groupedFunction` job without its `leave`, which the caller owes
+  /// (`Worker.flushDeferredLeaves`).
+  @inline(__always)
+  func runLeavingGroupToCaller() {
+    switch self {
+    case .grouped(let body, _):
+      ThreadName.showOwnName()
+      body()
+    case .groupedFunction(let call, _):
+      ThreadName.showOwnName()
+      call.run()
+    default: run()
+    }
+  }
+
   @inline(__always)
   func run() {
     switch self {
@@ -87,6 +111,10 @@ struct GroupReference: @unchecked Sendable {
   /// reference is guaranteed for the call only, with no retain or release around it.
   @inline(__always)
   func leave() { group._withUnsafeGuaranteedRef { $0.leave() } }
+
+  /// Leaves the group `count` times at once (see `leave()`).
+  @inline(__always)
+  func leave(count: UInt32) { group._withUnsafeGuaranteedRef { $0.leave(count: count) } }
 }
 
 /// A concurrent queue an item runs on, held without a retain (see `PoolJob.concurrentItem`).

@@ -89,6 +89,10 @@ final class Worker: @unchecked Sendable {
   private var spinBudget = WorkerPool.spinFloor
   /// Loop turns in a row that found queued work but took none (see `main`). Owner only.
   private var fruitlessTurns = 0
+  /// The group whose `leave`s this worker owes for the `deferredLeaves` grouped jobs it
+  /// ran last, and how many (see `run`). Owner only.
+  private var deferredGroup: GroupReference?
+  private var deferredLeaves: UInt32 = 0
   /// A spin or a park said work was queued, and the turn after it took none: what is
   /// counted cannot be taken yet (a producer preempted between counting and linking its job,
   /// a share holder or thief mid-move). Cleared by the next job taken. Owner only.
@@ -188,6 +192,8 @@ final class Worker: @unchecked Sendable {
         run(node)
         continue
       }
+      // Nothing to run: what the worker does next may wait, so it owes no group a leave.
+      flushDeferredLeaves()
       // Work that is counted but cannot be taken yet (a producer preempted between counting
       // and linking its job, a thief preempted mid-steal) makes the searches below return at
       // once: after a few such turns, give the core to the thread that holds it up.
@@ -219,17 +225,47 @@ final class Worker: @unchecked Sendable {
   private func run(_ node: JobNodePointer) {
     let (job, lane, enqueuedAt) = node.takeJob()
     NodeCache.give(node)
+    // Leaves owed to another group are paid before a job that is not that group's runs.
+    let group = job.group
+    if deferredLeaves != 0 && group?.group.toOpaque() != deferredGroup?.group.toOpaque() {
+      flushDeferredLeaves()
+    }
     busy.store(true, ordering: .relaxed)
     // Single writer: a plain load and store.
     progress.store(progress.load(ordering: .relaxed) &+ 1, ordering: .relaxed)
     figures.recordStart(lane: lane, enqueuedAt: enqueuedAt)
     runningLane = lane
     pool.rootQueues[lane]._withUnsafeGuaranteedRef { root in
-      ThreadFrame.with(root, exclusive: false) { job.run() }
+      ThreadFrame.with(root, exclusive: false) {
+        if group != nil { job.runLeavingGroupToCaller() } else { job.run() }
+      }
+    }
+    if let group {
+      deferredGroup = group
+      deferredLeaves &+= 1
     }
     runningLane = 0
     figures.recordCompletion(lane: lane)
     busy.store(false, ordering: .relaxed)
+  }
+
+  /// Pays the `leave`s owed for the grouped jobs run last, in one atomic add.
+  ///
+  /// Why deferred: the submitter enters the group for every job and each finishing worker
+  /// left it, so the group's word changed hands twice per job (perf of `group_main`: half
+  /// of the submitting thread's samples in `async(group:)` on the transfer of that line).
+  /// A worker that runs jobs of one group back to back now leaves once per run of them.
+  /// Why it is not seen: leaves are owed only while the worker runs another job of the
+  /// same group (`run` pays them first before any other job, `main` before it looks for
+  /// more work, spins or parks), and that job has entered and not left, so the count is
+  /// not zero whether the owed leaves are paid or not: no `wait` or `notify` can tell.
+  @inline(__always)
+  private func flushDeferredLeaves() {
+    guard let group = deferredGroup else { return }
+    let count = deferredLeaves
+    deferredGroup = nil
+    deferredLeaves = 0
+    group.leave(count: count)
   }
 
   /// Spins up to the pool's limit; returns true as soon as work appears. Returns false at
