@@ -8,4 +8,5 @@ __thread int lds_driver LDS_THREAD_SLOT = 0;
 __thread struct lds_node_cache lds_node_cache_slot LDS_THREAD_SLOT = {0, 0, 0, 0, 0};
 __thread void *lds_sync_waiter LDS_THREAD_SLOT = 0;
 __thread void *lds_diverted_drain LDS_THREAD_SLOT = 0;
-__thread unsigned lds_stamp_count LDS_THREAD_SLOT = 0;
+__thread unsigned long long lds_stamp_state LDS_THREAD_SLOT = 0;
+__thread unsigned long long lds_stamps_taken LDS_THREAD_SLOT = 0;

@@ -13,7 +13,7 @@
 // the thread pointer out of the GOT (set once when the library is loaded) and then accesses
 // `%fs:offset` directly, as libdispatch does for its own thread-locals. The cost: the
 // variables live in the static TLS block, so a library loaded with dlopen after startup draws
-// on glibc's surplus static TLS space (hundreds of bytes; these take 88). Hidden: they are
+// on glibc's surplus static TLS space (hundreds of bytes; these take 100). Hidden: they are
 // not part of the library's interface.
 //
 // Thread-safety: each slot belongs to the calling thread; nothing here is shared.
@@ -54,15 +54,29 @@ extern __thread void *lds_sync_waiter LDS_THREAD_SLOT;
 /// `runDivertedDrain`), or NULL.
 extern __thread void *lds_diverted_drain LDS_THREAD_SLOT;
 
-/// The calling thread's count of submissions that asked whether to read the clock
-/// (Sources/LoopDispatch/Internal/Ticks.swift, `Ticks.sampledStamp`); wraps.
-extern __thread unsigned lds_stamp_count LDS_THREAD_SLOT;
+/// The calling thread's pseudo-random sequence that picks which submissions read the clock
+/// (Sources/LoopDispatch/Internal/Ticks.swift, `Ticks.sampledStamp`): a xorshift64 state, 0
+/// until the thread's first submission; and how many it picked.
+extern __thread unsigned long long lds_stamp_state LDS_THREAD_SLOT;
+extern __thread unsigned long long lds_stamps_taken LDS_THREAD_SLOT;
 
-/// Whether the calling thread's submission should be stamped: the first of every `period`
-/// (a power of two) of this thread's submissions, counted since the thread began.
-static inline int lds_stamp_due(unsigned period) {
-  return (lds_stamp_count++ & (period - 1)) == 0;
+/// Whether the calling thread's submission should be stamped: true with a chance of one in
+/// eight, from the thread's own sequence (seeded from the address of its slot, which
+/// differs between threads), so that no regular pattern of submissions always lands on, or
+/// always misses, the stamped turns.
+static inline int lds_stamp_due(void) {
+  unsigned long long x = lds_stamp_state;
+  if (x == 0) x = ((unsigned long long)(unsigned long)&lds_stamp_state) ^ 0x9E3779B97F4A7C15ull;
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  lds_stamp_state = x;
+  if (x >> 61) return 0;
+  lds_stamps_taken++;
+  return 1;
 }
+
+static inline unsigned long long lds_stamps_taken_get(void) { return lds_stamps_taken; }
 
 static inline void *lds_frame_get(void) { return lds_frame; }
 static inline void lds_frame_set(void *frame) { lds_frame = frame; }

@@ -12,7 +12,7 @@ import MainLoop
 /// rate calibrated against CLOCK_MONOTONIC since the first use.
 ///
 /// Thread-safety: stateless apart from two values computed once (`static let`).
-enum Ticks {
+package enum Ticks {
   /// Whether `cls_cycle_counter` runs at a constant rate, in step on every CPU: true on
   /// arm64 (the architected timer), on x86-64 only when the kernel's clocksource is the TSC
   /// (the kernel checked it is invariant and synchronised).
@@ -78,29 +78,35 @@ enum Ticks {
     return best
   }
 
-  /// One submission in this many, per submitting thread, is stamped by `sampledStamp`.
-  static let stampPeriod: UInt32 = 8
-
-  /// The stamp of a pool job or a queue's item: the tick count for the first of
-  /// every `stampPeriod` submissions of the calling thread, 0 ("not timed") for the others,
-  /// whose start then reads no clock either.
+  /// The stamp of a pool job or a queue's item: the tick count with a chance of one in
+  /// eight, else 0 ("not timed"), whose start then reads no clock either.
   ///
   /// Why sampled: a clock read costs 19-22 ns on the 2-CPU VM this was measured on
   /// (`rdtsc` in a loop; `clock_gettime` 35 ns), and a job used to pay two (its stamp and its
   /// start), against about 150 ns for the rest of a submission and a start together. The
   /// figures these stamps feed (the longest and the recent wait of a lane or a queue) are
-  /// then those of one item in eight from each thread. A stall holds up every item queued
-  /// behind it, so a stall of eight or more items from one thread is seen whole; a wait
-  /// that only a lone item suffered can be missed, except on a serial queue, which also
-  /// times the first item of each drain from the instant the drain was scheduled
+  /// then those of the stamped items: a stall that N items sit behind goes unseen with a
+  /// chance of (7/8)^N (1 in 800 for 50 items); a wait that only a lone item suffered can be
+  /// missed, except on a serial queue, which also times the first item of each drain from
+  /// the instant the drain was scheduled, and on the main queue, which stamps every item
   /// (`Queue+Serial.swift`, step 5).
   ///
+  /// Why pseudo-random, not every eighth: the choice is the calling thread's (no shared
+  /// write), and a thread's submissions interleave in regular patterns. A concurrent
+  /// queue's item that starts at once is two submissions (the queue's stamp, then its pool
+  /// job's), so "every eighth" would have stamped one of the two kinds always and the other
+  /// never (a reviewer's finding); so would a thread feeding two queues in turn. The
+  /// thread's own xorshift sequence (`lds_stamp_due`) has no such period.
+  ///
   /// 0 never occurs as a tick count (the counter and the uptime clock start long before any
-  /// submission). The count is thread-local (`lds_stamp_count`): no shared write.
+  /// submission).
   @inline(__always)
   static func sampledStamp() -> UInt64 {
-    lds_stamp_due(stampPeriod) != 0 ? now() : 0
+    lds_stamp_due() != 0 ? now() : 0
   }
+
+  /// How many submissions of the calling thread `sampledStamp` has stamped, for tests.
+  package static var stampsTakenOnThisThread: UInt64 { lds_stamps_taken_get() }
 
   /// Ticks elapsed from `earlier` to `later`, 0 if the counter went backwards (it cannot for
   /// a reliable counter; this keeps a figure sane should a CPU's counter drift).

@@ -34,10 +34,10 @@ public struct QueueStats: Sendable, Equatable {
   /// read per item would be a large share of a hand-off's cost). The main queue times the
   /// first item of each run, every eighth and the last: the figure can fall short by the
   /// time over which 8 consecutive items were submitted. Other queues time one item in
-  /// eight of each submitting thread (its first, its ninth, ...), and a serial queue also
-  /// the first item of each run, so that an item that waited alone is always measured. A
-  /// wait that the items behind a stall share is seen once eight of one thread's items are
-  /// behind it; a wait that only a lone item in the middle of a run suffered may not be.
+  /// eight, chosen at random, and a serial queue also the first item of each run, so that
+  /// an item that waited alone is measured. A stall that N items sit behind goes unseen
+  /// with a chance of (7/8)^N (1 in 800 for 50); a wait that only a lone item in the middle
+  /// of a run suffered may not be seen.
   public var maxWait: Duration
   /// A moving average of recent waits (each new wait weighs 1/8; of the waits timed as
   /// ``maxWait`` says); for a label, the largest among its live queues.

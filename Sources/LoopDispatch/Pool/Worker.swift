@@ -193,7 +193,10 @@ final class Worker: @unchecked Sendable {
         continue
       }
       // Nothing to run: what the worker does next may wait, so it owes no group a leave.
-      flushDeferredLeaves()
+      // A leave that ended a generation may have submitted its notifications here (a
+      // serial queue's drain into this worker's run-next slot, which a spin does not look
+      // at): look again before spinning.
+      if flushDeferredLeaves() { continue }
       // Work that is counted but cannot be taken yet (a producer preempted between counting
       // and linking its job, a thief preempted mid-steal) makes the searches below return at
       // once: after a few such turns, give the core to the thread that holds it up.
@@ -259,13 +262,18 @@ final class Worker: @unchecked Sendable {
   /// same group (`run` pays them first before any other job, `main` before it looks for
   /// more work, spins or parks), and that job has entered and not left, so the count is
   /// not zero whether the owed leaves are paid or not: no `wait` or `notify` can tell.
+  /// (They are also owed while the worker looks for its next job, `takeJob` and `steal`:
+  /// a `wait` that looks then sees what it would see while a worker is preempted between
+  /// a job's end and its `leave`.) Returns whether any were owed.
   @inline(__always)
-  private func flushDeferredLeaves() {
-    guard let group = deferredGroup else { return }
+  @discardableResult
+  private func flushDeferredLeaves() -> Bool {
+    guard let group = deferredGroup else { return false }
     let count = deferredLeaves
     deferredGroup = nil
     deferredLeaves = 0
     group.leave(count: count)
+    return true
   }
 
   /// Spins up to the pool's limit; returns true as soon as work appears. Returns false at

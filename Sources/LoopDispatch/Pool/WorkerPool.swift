@@ -206,7 +206,7 @@ final class WorkerPool: @unchecked Sendable {
     // Safe: the node is ours until published below. The job moves in (no retain).
     node.pointee.job = consume job
     node.pointee.lane = priority.rawValue
-    // One job in eight per thread is timed (`Ticks.sampledStamp`; 0: not timed).
+    // One job in eight (by chance) is timed (`Ticks.sampledStamp`; 0: not timed).
     node.pointee.enqueuedAt = Ticks.sampledStamp()
     enqueue(node, runNext: runNext, yielding: yielding)
   }

@@ -73,7 +73,7 @@ struct TimedWork {
 extension Queue {
   func concurrentEnqueue(_ work: QueueWork) {
     countSubmission()
-    // One item in eight per thread is timed (`Ticks.sampledStamp`; 0: not timed).
+    // One item in eight (by chance) is timed (`Ticks.sampledStamp`; 0: not timed).
     concurrentAccept(work, enqueuedAt: Ticks.sampledStamp())
   }
 

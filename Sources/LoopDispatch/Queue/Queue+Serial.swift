@@ -40,17 +40,21 @@ import Synchronization
 /// 5. Wait figures (`QueueStats.maxWait`, `recentWait`): a clock read (`rdtsc`) costs
 ///    14–22 ns on this project's VMs, a third of a drain's cost per item when producers keep
 ///    it busy, and as much again on each producer. So only some items are timed:
-///    (a) one submission in eight of each submitting thread carries a stamp
-///        (`Ticks.sampledStamp`), and the drainer times the start of every stamped item;
+///    (a) a submission carries a stamp with a chance of one in eight (`Ticks.sampledStamp`,
+///        a pseudo-random choice of the submitting thread's), and the drainer times the
+///        start of every stamped item;
 ///    (b) the submission whose `wakeUp` schedules a drain reads the clock once into
 ///        `drainScheduledAt`, and the drain times its first item from that instant when the
-///        item carries no stamp. A queue that was idle was empty, so that item is the one
-///        whose submission scheduled the drain, a few instructions earlier: an item that
-///        waited alone is always measured. After a `resume()` the first item was submitted
-///        before the drain was scheduled, so (b) measures it from the schedule, less than its
-///        wait (an item of a suspended queue is timed from its submission only if (a)
-///        stamped it); a drain that yields clears the instant, so (b) does not time the first
-///        item after a yield.
+///        item carries no stamp. A queue that was idle was empty, so that item is usually
+///        the one whose submission scheduled the drain, a few instructions earlier: an item
+///        that waited alone is measured. Imprecisions, all rare: after a `resume()`, an
+///        `activate()`, a `sync` that held the queue, or the drainer's own re-check, the
+///        first item was submitted before the drain was scheduled, and is measured short (an
+///        item of a suspended queue is timed from its submission only if (a) stamped it); a
+///        submitter preempted between its push and its `wakeUp` may schedule a drain after
+///        the previous drain ran its item, and an item submitted later is then the new
+///        drain's first, measured long by up to the time the drain waited to start. A drain
+///        that yields clears the instant, so (b) does not time the first item after a yield.
 ///    (c) The main queue, whose waits are the main thread's lag, stamps every item, and its
 ///        drainer times the first item of each drain, every `mainStartStampPeriod`-th and
 ///        the last of its backlog: every untimed item has a timed one less than eight places
@@ -61,9 +65,9 @@ import Synchronization
 ///    up to 50 ms after them (a median of 34 over 9 runs of a million items; libdispatch's,
 ///    1–10 ms) when it read the clock for every start; with every submission stamped,
 ///    `serial_4p` cost 115 ns an item (CPU 223) against 99 (182) with (a) (quiet, medians
-///    of 7). On a queue other than the main queue, a wait shared by the items behind a stall
-///    is seen once eight of one thread's items are behind it; a wait only a lone unstamped
-///    item in the middle of a run suffered may not be.
+///    of 7). On a queue other than the main queue, a stall that N items sit behind goes
+///    unseen with a chance of (7/8)^N; a wait only a lone unstamped item in the middle of a
+///    run suffered may not be seen.
 enum SerialState {
   static let scheduled: UInt64 = 1 << 0
   static let syncLocked: UInt64 = 1 << 1
@@ -96,8 +100,8 @@ extension Queue {
     // A recycled node (`NodeCache`): no allocation in the steady state.
     let node = NodeCache.take()
     node.pointee.work = work
-    // Step 5: every item of the main queue is stamped, one submission in eight per thread of
-    // the others' (0: not timed).
+    // Step 5: every item of the main queue is stamped, one in eight (by chance) of the
+    // others' (0: not timed).
     node.pointee.enqueuedAt = kind == .main ? Ticks.now() : Ticks.sampledStamp()
     countSubmission()
     // One exchange, never a retry (several producers do not fail each other's CAS): the node
@@ -149,8 +153,9 @@ extension Queue {
         expected: current, desired: current | SerialState.scheduled,
         ordering: .sequentiallyConsistent)
       if exchanged {
-        // Step 5 (b): the instant the first item of the drain starts waiting for it.
-        drainScheduledAt.store(Ticks.now(), ordering: .relaxed)
+        // Step 5 (b): the instant the first item of the drain starts waiting for it (the
+        // main queue stamps every item and never reads it).
+        if kind != .main { drainScheduledAt.store(Ticks.now(), ordering: .relaxed) }
         // A wide queue's drain only moves items on to its back (`Queue+Wide.swift`): it must
         // not wait in the run-next slot of a worker whose item may run for long.
         scheduleDrain(yielding: yielding || current & SerialState.wide != 0)

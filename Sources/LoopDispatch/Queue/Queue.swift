@@ -91,9 +91,11 @@ public final class Queue: @unchecked Sendable {
   /// Atomic state word; bit table in `Queue+Serial.swift`.
   let state = Atomic<UInt64>(0)
   /// Atomic. When the drain under way was scheduled, in ticks (`Queue+Serial.swift`, step
-  /// 5): written by the thread whose `wakeUp` set SCHEDULED, before it hands the drain on;
-  /// read by that drain. On `state`'s line, which both have just touched. Relaxed: the
-  /// hand-off of the drain (the pool's or the event loop's queue) publishes it.
+  /// 5), or 0: written by the thread whose `wakeUp` set SCHEDULED, before it hands the
+  /// drain on (not for the main queue), and set to 0 by a drain that yields; read by the
+  /// drain. Only the holder of SCHEDULED touches it. On `state`'s line, which both have just
+  /// touched. Relaxed: the hand-off of the drain (the pool's or the event loop's queue)
+  /// publishes it.
   let drainScheduledAt = Atomic<UInt64>(0)
   private let serialPadState = CacheLinePad()
   /// Atomic. Submitted items not yet taken by a drainer (a Treiber stack, newest first).

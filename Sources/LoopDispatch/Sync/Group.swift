@@ -128,10 +128,11 @@ public final class Group: @unchecked Sendable {
     // other side is the waiter's increment of `sleepers` then its load of `state`. Both
     // sides must be sequentially consistent for "either the waiter sees the new generation,
     // or we see the waiter" to hold.
-    let previous = state.wrappingAdd(1, ordering: .sequentiallyConsistent).oldValue
     #if DEBUG
+      // Before the add: after it, another thread's last leave may free the group.
       leaveAdds.wrappingAdd(1, ordering: .relaxed)
     #endif
+    let previous = state.wrappingAdd(1, ordering: .sequentiallyConsistent).oldValue
     let count = Self.count(previous)
     switch count {
     case 0:
@@ -150,10 +151,11 @@ public final class Group: @unchecked Sendable {
   /// `count` `leave`s in one atomic add, for a worker that ran that many of this group's
   /// jobs back to back (`Worker.flushDeferredLeaves`). Ordered as `leave`.
   package func leave(count: UInt32) {
-    let previous = state.wrappingAdd(UInt64(count), ordering: .sequentiallyConsistent).oldValue
     #if DEBUG
+      // Before the add: after it, another thread's last leave may free the group.
       leaveAdds.wrappingAdd(1, ordering: .relaxed)
     #endif
+    let previous = state.wrappingAdd(UInt64(count), ordering: .sequentiallyConsistent).oldValue
     let outstanding = Self.count(previous)
     if outstanding < count {
       clientBug(
