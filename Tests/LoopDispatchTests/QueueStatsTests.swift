@@ -111,12 +111,7 @@ import Testing
   #if DEBUG
     @Test func aSerialQueueTimesItsStampedItemsAndTheFirstOfADrain() throws {
       let queue = Queue(label: "stats.serial.sampled")
-      var stamps: UInt64 = 0
-      let heldFor = heldWhileSuspended(queue, milliseconds: 10) {
-        let before = Ticks.stampsTakenOnThisThread
-        for _ in 0..<296 { queue.async {} }
-        stamps = Ticks.stampsTakenOnThisThread - before
-      }
+      let (heldFor, stamps) = heldCountingStamps(queue, items: 296)
       let drained = try #require(eventually(label: queue.label) { $0.completed == 296 })
       #expect(drained.maxWait >= heldFor * 0.99)
       #expect(stamps > 0 && stamps < 296)
@@ -143,12 +138,7 @@ import Testing
     /// (7/8)^296, 7e-18).
     @Test func aConcurrentQueueTimesExactlyItsStampedItems() throws {
       let queue = Queue(label: "stats.concurrent.sampled", attributes: .concurrent)
-      var stamps: UInt64 = 0
-      let heldFor = heldWhileSuspended(queue, milliseconds: 10) {
-        let before = Ticks.stampsTakenOnThisThread
-        for _ in 0..<296 { queue.async {} }
-        stamps = Ticks.stampsTakenOnThisThread - before
-      }
+      let (heldFor, stamps) = heldCountingStamps(queue, items: 296)
       let drained = try #require(eventually(label: queue.label) { $0.completed == 296 })
       #expect(drained.submitted == 296)
       #expect(drained.maxWait >= heldFor * 0.99)
@@ -376,6 +366,19 @@ private func heldWhileSuspended(_ queue: Queue, milliseconds: Int, _ submit: () 
   let heldFor = Deadline.now - submitted
   queue.resume()
   return heldFor
+}
+
+/// `heldWhileSuspended` for `items` empty items submitted from this thread, with the
+/// stamps those submissions drew (`Ticks.sampledStamp`; the resume's own submissions, a
+/// drain's or a started item's, come after the count).
+private func heldCountingStamps(_ queue: Queue, items: Int) -> (Duration, UInt64) {
+  var stamps: UInt64 = 0
+  let heldFor = heldWhileSuspended(queue, milliseconds: 10) {
+    let before = Ticks.stampsTakenOnThisThread
+    for _ in 0..<items { queue.async {} }
+    stamps = Ticks.stampsTakenOnThisThread - before
+  }
+  return (heldFor, stamps)
 }
 
 private func eventually(

@@ -102,7 +102,8 @@ extension Queue {
     node.pointee.work = work
     // Step 5: every item of the main queue is stamped, one in eight (by chance) of the
     // others' (0: not timed).
-    node.pointee.enqueuedAt = kind == .main ? Ticks.now() : Ticks.sampledStamp()
+    let stamp = kind == .main ? Ticks.now() : Ticks.sampledStamp()
+    node.pointee.enqueuedAt = stamp
     countSubmission()
     // One exchange, never a retry (several producers do not fail each other's CAS): the node
     // becomes the newest, then links to the one it displaced. Between the two stores a
@@ -116,7 +117,8 @@ extension Queue {
     // Releasing: pairs with the acquiring load in `linkedNext`. The older node's fields were
     // published to this thread by its producer's exchange, which this exchange read.
     node.pointee.next.store(UInt(bitPattern: older), ordering: .releasing)
-    wakeUp()
+    // The stamp, if the item drew one, doubles as the schedule's instant (step 5 (b)).
+    wakeUp(submittedAt: stamp)
   }
 
   /// `next` of a node on `incoming` whose producer has not yet linked it to the older node
@@ -145,8 +147,9 @@ extension Queue {
 
   /// Schedules the queue on its target if it has work and nothing holds or blocks it.
   /// `yielding`: see `scheduleDrain` (a drain that used up its budget, step 2).
+  /// `submittedAt`: the calling submission's stamp, or 0 (step 5 (b) then reads the clock).
   @inline(__always)
-  func wakeUp(yielding: Bool = false) {
+  func wakeUp(yielding: Bool = false, submittedAt: UInt64 = 0) {
     var current = state.load(ordering: .sequentiallyConsistent)
     while current & SerialState.blocking == 0 {
       let (exchanged, original) = state.compareExchange(
@@ -155,7 +158,10 @@ extension Queue {
       if exchanged {
         // Step 5 (b): the instant the first item of the drain starts waiting for it (the
         // main queue stamps every item and never reads it).
-        if kind != .main { drainScheduledAt.store(Ticks.now(), ordering: .relaxed) }
+        if kind != .main {
+          drainScheduledAt.store(
+            submittedAt != 0 ? submittedAt : Ticks.now(), ordering: .relaxed)
+        }
         // A wide queue's drain only moves items on to its back (`Queue+Wide.swift`): it must
         // not wait in the run-next slot of a worker whose item may run for long.
         scheduleDrain(yielding: yielding || current & SerialState.wide != 0)

@@ -122,35 +122,17 @@ public final class Group: @unchecked Sendable {
   }
 
   /// Marks one piece of work done. More `leave`s than `enter`s is a client bug.
-  public func leave() {
+  public func leave() { leave(count: 1) }
+
+  /// `count` `leave`s in one atomic add: `leave()`, and a pool worker that ran that many of
+  /// this group's jobs back to back (`Worker.flushDeferredLeaves`).
+  @inline(__always)
+  package func leave(count: UInt32) {
     // Sequentially consistent (it also releases this work's writes to `wait` and `notify`):
     // with the load of `sleepers` in `generationEnded` it is one side of a Dekker pair whose
     // other side is the waiter's increment of `sleepers` then its load of `state`. Both
     // sides must be sequentially consistent for "either the waiter sees the new generation,
     // or we see the waiter" to hold.
-    #if DEBUG
-      // Before the add: after it, another thread's last leave may free the group.
-      leaveAdds.wrappingAdd(1, ordering: .relaxed)
-    #endif
-    let previous = state.wrappingAdd(1, ordering: .sequentiallyConsistent).oldValue
-    let count = Self.count(previous)
-    switch count {
-    case 0:
-      clientBug("Group.leave() called more times than enter() (count \(Int(count) - 1))")
-    case 1:
-      // The carry ended generation `previous >> 32`.
-      let keptAlive = owner
-      generationEnded(UInt32(truncatingIfNeeded: previous >> 32))
-      // Last: this may free the group (see `enter`).
-      keptAlive.release()
-    default:
-      break
-    }
-  }
-
-  /// `count` `leave`s in one atomic add, for a worker that ran that many of this group's
-  /// jobs back to back (`Worker.flushDeferredLeaves`). Ordered as `leave`.
-  package func leave(count: UInt32) {
     #if DEBUG
       // Before the add: after it, another thread's last leave may free the group.
       leaveAdds.wrappingAdd(1, ordering: .relaxed)
@@ -222,9 +204,9 @@ public final class Group: @unchecked Sendable {
   /// Each notification runs once, when the generation current at this call ends.
   public func notify(queue: Queue, execute work: @escaping @Sendable () -> Void) {
     let now = notifications.withLock { list -> Bool in
-      // Under the lock: the `leave` that ends this generation takes the lock after its
-      // compare-and-swap, so it finds this entry, or this load already sees the new
-      // generation (count zero, or a later generation that this entry then belongs to).
+      // Under the lock: the `leave` that ends this generation takes the lock after its add,
+      // so it finds this entry, or this load already sees the new generation (count zero,
+      // or a later generation that this entry then belongs to).
       let current = state.load(ordering: .acquiring)
       if current & Self.countMask == 0 { return true }
       list.append(
