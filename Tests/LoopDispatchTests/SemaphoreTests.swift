@@ -165,9 +165,17 @@ import Testing
       result.withLock { $0 = outcome }
     }
     #expect(waiter.waitUntilSleeping())
+    #if DEBUG
+      // Nothing so far slept: no signal made a system call.
+      #expect(semaphore.wakeCalls == 0)
+    #endif
     #expect(semaphore.signal() == true)
     #expect(waiter.join())
     #expect(result.value == .success)
+    #if DEBUG
+      // The sleeper had announced itself: exactly one futex_wake.
+      #expect(semaphore.wakeCalls == 1)
+    #endif
     #expect(semaphore.signal() == false)
     #expect(semaphore.wait(timeout: .now) == .success)
   }

@@ -5,14 +5,34 @@ import Synchronization
 /// `signal()` returns one and wakes a waiter.
 ///
 /// Walk-through:
-/// 1. `value` counts units; negative values count sleeping waiters. `wait` decrements it
+/// 1. `value` counts units; negative values count waiters. `wait` decrements it
 ///    (acquiring); a non-negative old value means a unit was available: no system call.
 /// 2. `signal` increments it (releasing); a negative old value means someone waits, so it
-///    adds a wake token to `tokens` and wakes one sleeper (the only system call).
-/// 3. A waiter spins briefly, then sleeps on `tokens`, until it can take one with a CAS.
+///    adds a wake token to `tokens`, and wakes one sleeper if `sleepers` counts one (the only
+///    system call). A waiter still spinning takes the token without a wake-up.
+/// 3. A waiter spins for at most `spinNanoseconds` (or to its deadline), taking a token with
+///    a CAS when one appears; then it counts itself in `sleepers`, looks at `tokens` once
+///    more and sleeps on it while it is 0, until it can take one.
+///    Why the count cannot lose a wake-up: the waiter's increment of `sleepers` and the
+///    signaller's of `tokens` are both sequentially consistent, each followed by a
+///    sequentially consistent load of the other word. In their single order one increment
+///    comes first, so either the waiter's load sees the token (it does not sleep) or the
+///    signaller's load sees the sleeper (it wakes). A wake-up that comes before the waiter
+///    is inside `futex_wait` is not lost either: the kernel compares the word with 0 first.
+///    `SemaphoreModelTests` explores every interleaving of the two under x86's memory model.
 /// 4. A waiter that times out tries to give back its decrement with a CAS on a still
 ///    negative `value`; if a signal already counted it (value no longer negative enough), a
 ///    token is on its way and it takes that instead, reporting success.
+///
+/// Why the spin is bounded by time, not by a count of iterations: a `pause` takes 16 ns on
+/// this VM's Xeon (3 ns on older cores), so the 2,000 checks it used to make lasted 35 µs. A
+/// ping-pong whose two threads the kernel put on one CPU (beside two busy neighbours on two
+/// CPUs, about one run in ten) paid a whole spin per hop: 70 µs a round trip, 70 µs of CPU.
+/// Why it spins beside neighbours at all, where the pool's spins shorten (`SpinGovernor`):
+/// there a waiter that sleeps waits for a CPU behind the neighbour once woken: 12–18 µs a
+/// round trip in 7 of 9 runs without the spin, 2.0–2.5 µs in 8 of 9 with it (`sema` in
+/// `Benchmarks/C`, beside two busy loops on two CPUs).
+/// A spinner that sees a time jump (it was preempted) tells the governor and sleeps.
 ///
 /// Releasing a semaphore whose value is below its initial value (units still taken) is a
 /// client bug, as in GCD: a resource was never returned.
@@ -20,9 +40,19 @@ public final class Semaphore: @unchecked Sendable {
   // @unchecked Sendable: all state is atomic.
   private let value: Atomic<Int>
   private let tokens = FutexWord(0)
+  /// Atomic. Waiters between announcing a sleep and leaving it (step 3): the signal wakes
+  /// only while this is above 0.
+  private let sleepers = Atomic<Int>(0)
   private let initialValue: Int
-  /// Iterations of the bounded spin before sleeping (a few microseconds).
-  private static let spinIterations = 2_000
+  /// The longest spin before sleeping: about what one hop through a futex sleep and wake-up
+  /// costs on this VM (libdispatch's quiet `sema` round trip, two such hops, takes 9 µs).
+  /// Quiet, 7 runs: 2 µs made our round trip 1.2–1.4 µs, 4 and 8 µs 0.8–1.1 µs.
+  static let spinNanoseconds: UInt64 = 4_000
+  #if DEBUG
+    /// Debug builds: `futex_wake` calls made by `signal` (tests).
+    private let wakeCount = Atomic<Int>(0)
+    package var wakeCalls: Int { wakeCount.load(ordering: .relaxed) }
+  #endif
 
   /// Creates a semaphore with `value` units. A negative value is a client bug.
   public init(value: Int) {
@@ -46,8 +76,14 @@ public final class Semaphore: @unchecked Sendable {
   public func signal() -> Bool {
     // Releasing; pairs with the acquiring decrement in `wait`.
     if value.wrappingAdd(1, ordering: .acquiringAndReleasing).oldValue >= 0 { return false }
-    tokens.atomic.pointee.wrappingAdd(1, ordering: .releasing)
-    tokens.wake(1)
+    // Sequentially consistent, as is the load after it: step 3's argument.
+    tokens.atomic.pointee.wrappingAdd(1, ordering: .sequentiallyConsistent)
+    if sleepers.load(ordering: .sequentiallyConsistent) > 0 {
+      #if DEBUG
+        wakeCount.wrappingAdd(1, ordering: .relaxed)
+      #endif
+      tokens.wake(1)
+    }
     return true
   }
 
@@ -69,18 +105,41 @@ public final class Semaphore: @unchecked Sendable {
   private func waitSlow(_ deadline: Deadline) -> WaitResult {
     // A signal often follows within microseconds (a ping-pong, a short critical section):
     // spin briefly on the token count before paying for a sleep and a wake-up.
-    for _ in 0..<Self.spinIterations {
-      if takeToken() { return .success }
-      spinLoopHint()
-    }
+    if spinForToken(until: deadline) { return .success }
     while true {
       if takeToken() { return .success }
-      let seen = tokens.atomic.pointee.load(ordering: .acquiring)
-      if seen != 0 { continue }
-      if !tokens.wait(whileEqualTo: 0, until: deadline) {
-        return giveUp()
-      }
+      if !sleepForToken(until: deadline) { return giveUp() }
     }
+  }
+
+  /// Spins until a token is taken (true), `spinNanoseconds` or `deadline` pass, or the
+  /// spinner sees that it was preempted. The clock is read once per 16 checks.
+  private func spinForToken(until deadline: Deadline) -> Bool {
+    let start = Deadline.now.uptimeNanoseconds
+    let end = Swift.min(start &+ Self.spinNanoseconds, deadline.uptimeNanoseconds)
+    var last = start
+    while true {
+      for _ in 0..<16 {
+        if takeToken() { return true }
+        spinLoopHint()
+      }
+      let now = Deadline.now.uptimeNanoseconds
+      if now &- last > SpinGovernor.preemptionGapNanoseconds {
+        SpinGovernor.process.notePreempted(now: now)
+        return false
+      }
+      if now >= end { return false }
+      last = now
+    }
+  }
+
+  /// Sleeps on `tokens` while it is 0, announced in `sleepers` (step 3); false if `deadline`
+  /// passed first. May return early: the caller looks for a token again.
+  private func sleepForToken(until deadline: Deadline) -> Bool {
+    sleepers.wrappingAdd(1, ordering: .sequentiallyConsistent)
+    defer { sleepers.wrappingSubtract(1, ordering: .relaxed) }
+    if tokens.atomic.pointee.load(ordering: .sequentiallyConsistent) != 0 { return true }
+    return tokens.wait(whileEqualTo: 0, until: deadline)
   }
 
   private func takeToken() -> Bool {
@@ -104,7 +163,7 @@ public final class Semaphore: @unchecked Sendable {
       current = actual
     }
     // A signal counted us and is handing over a token: take it.
-    while !takeToken() { tokens.wait(whileEqualTo: 0) }
+    while !takeToken() { _ = sleepForToken(until: .distantFuture) }
     return .success
   }
 }
