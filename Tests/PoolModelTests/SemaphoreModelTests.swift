@@ -10,6 +10,10 @@ import Testing
 /// compares the word with 0 and either returns at once or puts the thread to sleep until a
 /// `futex_wake`. Signaller: add 1 to `tokens`, load `sleepers`; if above 0, `futex_wake`.
 /// When both are done and the buffer has drained, the waiter must not be asleep.
+///
+/// Scope: one waiter, one signaller, one round. Several waiters, a spinner taking the token
+/// a sleeper was woken for, and the timed-out path are argued in `Semaphore`'s walk-through
+/// and exercised by the stress tests in `SemaphoreTests`.
 @Suite struct SemaphoreModelTests {
   @Test func theAnnouncedSleepNeverMissesItsWakeUp() {
     #expect(lostWakeUp(SemaphoreModel()) == nil)
@@ -27,8 +31,9 @@ import Testing
       ])
   }
 
-  /// A waiter that sleeps without announcing itself (as a timed-out wait waiting for the
-  /// token a signal owes it did, before it went through `sleepForToken`) is never woken.
+  /// A waiter that sleeps without announcing itself (a path that calls `futex_wait` on
+  /// `tokens` directly, as `giveUp`'s wait for an owed token would if it did not go through
+  /// `sleepForToken`) is never woken.
   @Test func aWaiterThatDoesNotAnnounceLosesTheWakeUp() {
     let trace = lostWakeUp(SemaphoreModel(waiterAnnounces: false))
     #expect(

@@ -17,12 +17,25 @@ import Synchronization
 ///    signaller's of `tokens` are both sequentially consistent, each followed by a
 ///    sequentially consistent load of the other word. In their single order one increment
 ///    comes first, so either the waiter's load sees the token (it does not sleep) or the
-///    signaller's load sees the sleeper (it wakes). A wake-up that comes before the waiter
-///    is inside `futex_wait` is not lost either: the kernel compares the word with 0 first.
-///    `SemaphoreModelTests` explores every interleaving of the two under x86's memory model.
+///    signaller's load sees the sleeper (it wakes one). A wake-up that comes before the
+///    waiter is inside `futex_wait` is not lost either: the kernel compares the word with 0
+///    first. With several waiters, a thread can only be asleep in the kernel if it saw no
+///    token there, so every later token add sees it counted and wakes one of the sleepers.
+///    A woken thread always looks for a token before it sleeps again; if a spinner took the
+///    token first, it sleeps again, announced afresh, and is still counted in `value`, so
+///    the signal of the unit owed to it finds it in `sleepers`. A thread leaves `sleepers`
+///    (relaxed: a count only the signaller reads, where a stale non-zero costs one needless
+///    `futex_wake` and a stale zero cannot be seen for a thread still asleep, which has not
+///    reached its decrement) only once it is out of the kernel.
+///    `SemaphoreModelTests` explores every interleaving of one waiter and one signaller
+///    under x86's memory model; the several-waiter argument above is checked by the stress
+///    tests in `SemaphoreTests`, not by the model.
 /// 4. A waiter that times out tries to give back its decrement with a CAS on a still
-///    negative `value`; if a signal already counted it (value no longer negative enough), a
-///    token is on its way and it takes that instead, reporting success.
+///    negative `value`; if a signal already counted it (value no longer negative enough), it
+///    waits for a token instead and reports success. (Another waiter may take that token
+///    first; this one then waits for the next signal, past its deadline, as a `sem_wait`
+///    loser does in libdispatch.) A deadline that has already passed skips the spin and the
+///    announcement.
 ///
 /// Why the spin is bounded by time, not by a count of iterations: a `pause` takes 16 ns on
 /// this VM's Xeon (3 ns on older cores), so the 2,000 checks it used to make lasted 35 µs. A
@@ -32,7 +45,10 @@ import Synchronization
 /// there a waiter that sleeps waits for a CPU behind the neighbour once woken: 12–18 µs a
 /// round trip in 7 of 9 runs without the spin, 2.0–2.5 µs in 8 of 9 with it (`sema` in
 /// `Benchmarks/C`, beside two busy loops on two CPUs).
-/// A spinner that sees a time jump (it was preempted) tells the governor and sleeps.
+/// A spinner that sees a time jump (it was preempted) sleeps at once. It does not tell the
+/// `SpinGovernor`: the jump is as likely the process's own two threads sharing a CPU, which
+/// the governor's files do not count as pressure either, and a program that only uses
+/// semaphores should not open the governor's files from inside a wait.
 ///
 /// Releasing a semaphore whose value is below its initial value (units still taken) is a
 /// client bug, as in GCD: a resource was never returned.
@@ -41,17 +57,23 @@ public final class Semaphore: @unchecked Sendable {
   private let value: Atomic<Int>
   private let tokens = FutexWord(0)
   /// Atomic. Waiters between announcing a sleep and leaving it (step 3): the signal wakes
-  /// only while this is above 0.
+  /// only while this is above 0. Incremented and read sequentially consistent (step 3's
+  /// argument), decremented relaxed (why: step 3).
   private let sleepers = Atomic<Int>(0)
   private let initialValue: Int
   /// The longest spin before sleeping: about what one hop through a futex sleep and wake-up
   /// costs on this VM (libdispatch's quiet `sema` round trip, two such hops, takes 9 µs).
   /// Quiet, 7 runs: 2 µs made our round trip 1.2–1.4 µs, 4 and 8 µs 0.8–1.1 µs.
-  static let spinNanoseconds: UInt64 = 4_000
+  private static let spinNanoseconds: UInt64 = 4_000
   #if DEBUG
     /// Debug builds: `futex_wake` calls made by `signal` (tests).
     private let wakeCount = Atomic<Int>(0)
     package var wakeCalls: Int { wakeCount.load(ordering: .relaxed) }
+    /// Debug builds, tests: when above 0, this semaphore's waiters spin this long instead,
+    /// whatever time jumps they see, so that a test can hold a waiter in its spin.
+    package let testSpinNanoseconds = Atomic<UInt64>(0)
+    /// Debug builds: `value` now (below 0: that many waiters are counted), for tests.
+    package var currentValue: Int { value.load(ordering: .acquiring) }
   #endif
 
   /// Creates a semaphore with `value` units. A negative value is a client bug.
@@ -71,7 +93,8 @@ public final class Semaphore: @unchecked Sendable {
   }
 
   /// Returns one unit, waking a waiter if there is one.
-  /// - Returns: `true` if a waiting thread was woken.
+  /// - Returns: `true` if the unit went to a waiting thread (woken from its sleep, or taken
+  ///   in its spin without a system call).
   @discardableResult
   public func signal() -> Bool {
     // Releasing; pairs with the acquiring decrement in `wait`.
@@ -103,20 +126,34 @@ public final class Semaphore: @unchecked Sendable {
 
   @inline(never)
   private func waitSlow(_ deadline: Deadline) -> WaitResult {
+    let start = Deadline.now.uptimeNanoseconds
+    // Already past (a try-wait): no spin, and no announcement that would make a racing
+    // signal pay a `futex_wake` for nobody.
+    if deadline.uptimeNanoseconds <= start { return takeToken() ? .success : giveUp() }
     // A signal often follows within microseconds (a ping-pong, a short critical section):
     // spin briefly on the token count before paying for a sleep and a wake-up.
-    if spinForToken(until: deadline) { return .success }
+    if spinForToken(from: start, until: deadline) { return .success }
     while true {
       if takeToken() { return .success }
       if !sleepForToken(until: deadline) { return giveUp() }
     }
   }
 
-  /// Spins until a token is taken (true), `spinNanoseconds` or `deadline` pass, or the
-  /// spinner sees that it was preempted. The clock is read once per 16 checks.
-  private func spinForToken(until deadline: Deadline) -> Bool {
-    let start = Deadline.now.uptimeNanoseconds
-    let end = Swift.min(start &+ Self.spinNanoseconds, deadline.uptimeNanoseconds)
+  /// Spins from `start` (the clock then) until a token is taken (true), `spinNanoseconds`
+  /// or `deadline` pass, or the spinner sees that it was preempted (a gap of more than
+  /// `SpinGovernor.preemptionGapNanoseconds` between two readings). The clock is read once
+  /// per 16 checks.
+  private func spinForToken(from start: UInt64, until deadline: Deadline) -> Bool {
+    var length = Self.spinNanoseconds
+    var watchesJumps = true
+    #if DEBUG
+      let override = testSpinNanoseconds.load(ordering: .relaxed)
+      if override > 0 {
+        length = override
+        watchesJumps = false
+      }
+    #endif
+    let end = Swift.min(start &+ length, deadline.uptimeNanoseconds)
     var last = start
     while true {
       for _ in 0..<16 {
@@ -124,10 +161,7 @@ public final class Semaphore: @unchecked Sendable {
         spinLoopHint()
       }
       let now = Deadline.now.uptimeNanoseconds
-      if now &- last > SpinGovernor.preemptionGapNanoseconds {
-        SpinGovernor.process.notePreempted(now: now)
-        return false
-      }
+      if watchesJumps && now &- last > SpinGovernor.preemptionGapNanoseconds { return false }
       if now >= end { return false }
       last = now
     }
@@ -136,6 +170,8 @@ public final class Semaphore: @unchecked Sendable {
   /// Sleeps on `tokens` while it is 0, announced in `sleepers` (step 3); false if `deadline`
   /// passed first. May return early: the caller looks for a token again.
   private func sleepForToken(until deadline: Deadline) -> Bool {
+    // Past the deadline: no announcement (see `waitSlow`).
+    if deadline != .distantFuture && Deadline.now >= deadline { return false }
     sleepers.wrappingAdd(1, ordering: .sequentiallyConsistent)
     defer { sleepers.wrappingSubtract(1, ordering: .relaxed) }
     if tokens.atomic.pointee.load(ordering: .sequentiallyConsistent) != 0 { return true }
@@ -162,7 +198,7 @@ public final class Semaphore: @unchecked Sendable {
       if undone { return .timedOut }
       current = actual
     }
-    // A signal counted us and is handing over a token: take it.
+    // A signal counted us and is handing over a token: wait for one (step 4).
     while !takeToken() { _ = sleepForToken(until: .distantFuture) }
     return .success
   }
