@@ -1,5 +1,6 @@
 import CLoopShims
 import Glibc
+import Synchronization
 import TestSupport
 import Testing
 
@@ -58,6 +59,35 @@ import Testing
     #expect(renames < hops / 20, "\(renames) renames for \(hops) hops")
   }
 
+  #if DEBUG
+    /// One worker (`LOOPDISPATCH_CPUS=1`, `LOOPDISPATCH_MAX_THREADS=1`, in a child process),
+    /// held by a global-queue job that spins until released, while 100 items of one labelled
+    /// concurrent queue wait behind it: it then runs them back to back and writes its wanted
+    /// name at most twice (the label at the first item, its own name if it parks after the
+    /// last), not twice per item (checked: 200 when each item wanted the label and then the
+    /// worker's own name back).
+    @Test func itemsOfOneQueueBackToBackWriteTheWantedNameOnce() async {
+      await #expect(processExitsWith: .success) {
+        setenv("LOOPDISPATCH_CPUS", "1", 1)
+        setenv("LOOPDISPATCH_MAX_THREADS", "1", 1)
+        let gate = SpinGate()
+        let group = Group()
+        let queue = Queue(label: "names.run", attributes: .concurrent)
+        Queue.global().async {
+          gate.holding.store(true, ordering: .releasing)
+          while !gate.released.load(ordering: .acquiring) { sched_yield() }
+        }
+        while !gate.holding.load(ordering: .acquiring) { sched_yield() }
+        for _ in 0..<100 { queue.async(group: group) {} }
+        let before = ThreadName.wantedNameWrites.load(ordering: .relaxed)
+        gate.released.store(true, ordering: .releasing)
+        if group.wait(timeout: .seconds(60)) != .success { exit(2) }
+        let writes = ThreadName.wantedNameWrites.load(ordering: .relaxed) - before
+        exit(writes <= 2 ? 0 : 3)
+      }
+    }
+  #endif
+
   @Test func namesCanBeTurnedOffWithAnEnvironmentVariable() async {
     // In a child process: the switch is read when the first worker starts.
     await #expect(processExitsWith: .success) {
@@ -71,4 +101,10 @@ import Testing
       exit(done.wait() && !hasNamingState.value ? 0 : 1)
     }
   }
+}
+
+/// A job that holds the only worker until released (`itemsOfOneQueueBackToBack...`).
+private final class SpinGate: Sendable {
+  let holding = Atomic<Bool>(false)
+  let released = Atomic<Bool>(false)
 }

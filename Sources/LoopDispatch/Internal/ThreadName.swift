@@ -9,9 +9,11 @@ import Synchronization
 /// Renaming costs a system call (~0.3 µs on these VMs, more than a whole hop between two
 /// queues), so workers never rename on the hot path. The naming is lazy:
 /// 1. A worker records the name it *wants* (the label of the queue it drains, or its own
-///    name `ld.worker.N` between drains and for global-queue items) in its `ThreadName`: two
-///    words and a sequence number, written with plain stores (a seqlock, see `want`). No
-///    system call, no lock, no shared cache line written while the supervisor is awake.
+///    name `ld.worker.N` for global-queue items and when it parks; between two jobs the last
+///    one's stays wanted, see `showEnclosingQueue`) in its `ThreadName`: two words and a
+///    sequence number, written with plain stores (a seqlock, see `want`) only when the name
+///    changes. No system call, no lock, no shared cache line written while the supervisor is
+///    awake.
 /// 2. The pool supervisor (`PoolSupervisor`) looks at every worker's wanted name once per
 ///    tick (5 ms) while any name is out of date. A wanted name unchanged since its previous
 ///    look (so held for at least one tick) is written to the kernel through
@@ -73,6 +75,11 @@ final class ThreadName: @unchecked Sendable {
   private static let lookDue = Atomic<Bool>(false)
   /// Renames written to the kernel (by workers parking and by the supervisor), for tests.
   static let kernelRenames = Atomic<Int>(0)
+  #if DEBUG
+    /// Debug builds: wanted names written by workers (seqlock writes, each with a full
+    /// barrier), process-wide, for tests.
+    static let wantedNameWrites = Atomic<Int>(0)
+  #endif
   /// Looks the supervisor has taken (`catchUp` calls), for tests.
   static let looks = Atomic<Int>(0)
 
@@ -104,6 +111,9 @@ final class ThreadName: @unchecked Sendable {
     Unmanaged<ThreadName>.fromOpaque(raw)._withUnsafeGuaranteedRef { state in
       guard state.localWanted != name else { return }
       state.localWanted = name
+      #if DEBUG
+        wantedNameWrites.wrappingAdd(1, ordering: .relaxed)
+      #endif
       // Seqlock write: odd sequence, the words, even sequence. The release fence orders the
       // odd store before the words; the releasing store orders the words before the even one.
       let odd = state.sequence.load(ordering: .relaxed) &+ 1
@@ -142,14 +152,24 @@ final class ThreadName: @unchecked Sendable {
   static func showOwnName() { want(.none) }
 
   /// After a nested drain (a child queue's items run inside its parent's drain), wants the
-  /// enclosing queue's label again: the parent goes on running its own items. After a
-  /// top-level drain (the enclosing frame is a global queue's), wants the worker's own name.
+  /// enclosing queue's label again: the parent goes on running its own items.
+  ///
+  /// After a top-level drain or concurrent item (no enclosing frame, or a global queue's),
+  /// wants nothing: the label stays wanted until the worker's next job, which wants its own
+  /// name as it starts (every `PoolJob` kind does: `PoolJob.run`, `drainSerial`,
+  /// `runConcurrentItem`), or until the worker parks (`showOwnNameBeforeParking`). So a
+  /// worker running item after item of one queue writes its wanted name once, not twice per
+  /// item: each want that changes the name is a seqlock write with a sequentially
+  /// consistent store, a full barrier (perf, `rw_barrier` in `Benchmarks/C`: 78% of
+  /// `runConcurrentItem`'s own samples sat on the two barriers of a label and back).
+  /// What the kernel shows between two jobs is unchanged: a name is only written after it
+  /// has been wanted for a whole supervisor tick.
   @inline(__always)
   static func showEnclosingQueue() {
     guard ThreadSlots.nameState() != nil else { return }
-    guard let frame = ThreadFrame.current else { return want(.none) }
+    guard let frame = ThreadFrame.current else { return }
     let queue = frame.pointee.queue
-    if case .root = queue.kind { return want(.none) }
+    if case .root = queue.kind { return }
     guard queue.namesThreads else { return }
     want(queue.kernelName)
   }
