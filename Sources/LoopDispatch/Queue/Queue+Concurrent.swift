@@ -87,7 +87,7 @@ extension Queue {
       forward(work, enqueuedAt: enqueuedAt)
       return
     }
-    let startNow = concurrentState!.withLock { state -> Bool in
+    let startNow = withConcurrentStateLock { state -> Bool in
       if !state.pending.isEmpty {
         // PENDING is set (under the lock it is set exactly while `pending` is not empty), so
         // this item cannot start, and appending leaves the head, hence the flags, unchanged:
@@ -294,7 +294,7 @@ extension Queue {
     withUnsafeTemporaryAllocation(of: TimedWork.self, capacity: Self.startBatch) { buffer in
       var first = true
       while true {
-        let count = concurrentState!.withLock { state -> Int in
+        let count = withConcurrentStateLock { state -> Int in
           if first && change(&state) < 0 { owesRelease = true }
           return takeStartable(&state, into: buffer)
         }
@@ -386,7 +386,7 @@ extension Queue {
   }
 
   func concurrentSuspend() {
-    concurrentState!.withLock { state in
+    withConcurrentStateLock { state in
       state.suspendCount += 1
       publishFlags(state)
     }
