@@ -15,17 +15,10 @@ import Testing
     /// (checked: 100 with the leave made per job).
     @Test func aRunOfOneGroupsJobsLeavesItOnce() async {
       await #expect(processExitsWith: .success) {
-        setenv("LOOPDISPATCH_CPUS", "1", 1)
-        setenv("LOOPDISPATCH_MAX_THREADS", "1", 1)
-        let gate = Gate()
+        let hold = OnlyWorkerHold.start()
         let group = Group()
-        Queue.global().async {
-          gate.holding.store(true, ordering: .releasing)
-          while !gate.released.load(ordering: .acquiring) { sched_yield() }
-        }
-        while !gate.holding.load(ordering: .acquiring) { sched_yield() }
         for _ in 0..<100 { Queue.global().async(group: group) {} }
-        gate.released.store(true, ordering: .releasing)
+        hold.release()
         if group.wait(timeout: .seconds(60)) != .success { exit(2) }
         exit(group.leaveWrites == 1 ? 0 : 3)
       }
@@ -70,10 +63,4 @@ import Testing
     #expect(notified.allSatisfy { $0.current == 1 })
     #expect(ranAtNotify.allSatisfy { $0.current == 2 * perGroupPerThread })
   }
-}
-
-/// The exit test's gate: a job holds the only worker until the test releases it.
-private final class Gate: Sendable {
-  let holding = Atomic<Bool>(false)
-  let released = Atomic<Bool>(false)
 }

@@ -76,6 +76,15 @@ final class ThreadName: @unchecked Sendable {
   /// Renames written to the kernel (by workers parking and by the supervisor), for tests.
   static let kernelRenames = Atomic<Int>(0)
   #if DEBUG
+    /// Debug builds, tests: whether the calling worker wants its own name now (nil off the
+    /// pool). Reads the owner-only `localWanted` on its owner's thread.
+    static var callingWorkerWantsItsOwnName: Bool? {
+      guard let raw = ThreadSlots.nameState() else { return nil }
+      // Safe: as in `want` (the calling thread's own state, borrowed).
+      return Unmanaged<ThreadName>.fromOpaque(raw)._withUnsafeGuaranteedRef {
+        $0.localWanted == .none
+      }
+    }
     /// Debug builds: wanted names written by workers (seqlock writes, each with a full
     /// barrier), process-wide, for tests.
     static let wantedNameWrites = Atomic<Int>(0)
@@ -155,15 +164,19 @@ final class ThreadName: @unchecked Sendable {
   /// enclosing queue's label again: the parent goes on running its own items.
   ///
   /// After a top-level drain or concurrent item (no enclosing frame, or a global queue's),
-  /// wants nothing: the label stays wanted until the worker's next job, which wants its own
-  /// name as it starts (every `PoolJob` kind does: `PoolJob.run`, `drainSerial`,
-  /// `runConcurrentItem`), or until the worker parks (`showOwnNameBeforeParking`). So a
+  /// wants nothing: the label stays wanted until the worker's next job, which wants a name
+  /// as it starts, or until the worker parks (`showOwnNameBeforeParking`). Every top-level
+  /// job does: global-queue jobs their worker's own name (`PoolJob.run`), drains and
+  /// concurrent items their queue's label, or the worker's own name for a queue that does
+  /// not name threads (`Queue.runFromPool`, `PoolJob.run`'s `.concurrentItem`). So a
   /// worker running item after item of one queue writes its wanted name once, not twice per
   /// item: each want that changes the name is a seqlock write with a sequentially
   /// consistent store, a full barrier (perf, `rw_barrier` in `Benchmarks/C`: 78% of
   /// `runConcurrentItem`'s own samples sat on the two barriers of a label and back).
-  /// What the kernel shows between two jobs is unchanged: a name is only written after it
-  /// has been wanted for a whole supervisor tick.
+  /// What the kernel shows changes in one way: short items of one queue run back to back
+  /// used to flip the wanted name at every item, so no look saw it held and it was never
+  /// written; now the label holds, and after a tick or two the kernel shows it, as it does
+  /// for one long drain (the worker shows its own name again when it parks).
   @inline(__always)
   static func showEnclosingQueue() {
     guard ThreadSlots.nameState() != nil else { return }

@@ -91,7 +91,12 @@ enum PoolJob: Sendable {
     case .concurrentItem(let queue, let work, let enqueuedAt):
       // Borrowed for the call: `runConcurrentItem` may drop the queue's last reference
       // as its last step (rule 4 of `Queue+Concurrent.swift`).
-      queue.queue._withUnsafeGuaranteedRef { $0.runConcurrentItem(work, enqueuedAt: enqueuedAt) }
+      queue.queue._withUnsafeGuaranteedRef { queue in
+        // A top-level item: a queue that does not name threads shows the worker's own name
+        // (`ThreadName.showEnclosingQueue`); `runConcurrentItem` wants the label otherwise.
+        if !queue.namesThreads { ThreadName.showOwnName() }
+        queue.runConcurrentItem(work, enqueuedAt: enqueuedAt)
+      }
     case .task(let job, let executor):
       ThreadName.showOwnName()
       job.runSynchronously(on: executor)

@@ -199,7 +199,9 @@ public final class Queue: @unchecked Sendable {
 
   /// Whether a worker draining this queue takes its label as the thread's name. False for the
   /// runtime's own queues (an I/O channel's), which would otherwise cost a rename (`prctl`)
-  /// on every hop through them. Set right after creation, before the queue is shared.
+  /// on every hop through them: their top-level drains and items show the worker's own
+  /// name, a nested one the enclosing queue's label. Set right after creation, before the
+  /// queue is shared.
   var namesThreads = true
   /// Whether this serial queue's drains go to the overcommit queue of its target's priority
   /// while other processes hold CPUs of the process's budget (`SpinGovernor`, step 4) and
@@ -537,7 +539,13 @@ public final class Queue: @unchecked Sendable {
 
 extension Queue: PoolRunnable {
   /// A serial queue scheduled directly on a global queue is drained by a pool worker.
-  func runFromPool() { drainSerial() }
+  /// A queue that does not name threads shows the worker's own name for its drain (a
+  /// top-level drain: the worker's previous job may have left its label wanted, see
+  /// `ThreadName.showEnclosingQueue`).
+  func runFromPool() {
+    if !namesThreads { ThreadName.showOwnName() }
+    drainSerial()
+  }
 }
 
 extension Queue: CustomStringConvertible {
