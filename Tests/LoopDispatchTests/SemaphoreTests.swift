@@ -198,6 +198,28 @@ import Testing
     }
   #endif
 
+  #if DEBUG
+    /// A wait whose deadline has passed, on entry or during its spin, gives up without
+    /// announcing a sleep: a signal racing it would otherwise pay a `futex_wake` for nobody.
+    /// (Checked: a `sleepForToken` that announces before its deadline test fails the second
+    /// count.)
+    @Test func aWaitPastItsDeadlineAnnouncesNoSleep() {
+      let semaphore = Semaphore(value: 0)
+      #expect(semaphore.wait(timeout: .now) == .timedOut)
+      #expect(semaphore.sleepsAnnounced == 0)
+      // A spin longer than the wait (the test override): it ends at the deadline, and the
+      // wait gives up without a sleep.
+      semaphore.testSpinNanoseconds.store(60_000_000_000, ordering: .relaxed)
+      #expect(semaphore.wait(timeout: .milliseconds(1)) == .timedOut)
+      #expect(semaphore.sleepsAnnounced == 0)
+      // A wait with time left after its (normal) spin does announce its sleep.
+      semaphore.testSpinNanoseconds.store(0, ordering: .relaxed)
+      #expect(semaphore.wait(timeout: .milliseconds(2)) == .timedOut)
+      #expect(semaphore.sleepsAnnounced >= 1)
+      #expect(semaphore.wakeCalls == 0)
+    }
+  #endif
+
   @Test func oneSignalWakesOneOfSeveralSleepers() {
     let semaphore = Semaphore(value: 0)
     let through = Semaphore(value: 0)

@@ -77,17 +77,12 @@ enum PoolJob: Sendable {
       body()
     case .childItem(let body): body()
     case .runnable(let target): target.runFromPool()
-    case .grouped(let body, let group):
-      ThreadName.showOwnName()
-      body()
+    case .grouped(_, let group), .groupedFunction(_, let group):
+      runLeavingGroupToCaller()
       group.leave()
     case .function(let call):
       ThreadName.showOwnName()
       call.run()
-    case .groupedFunction(let call, let group):
-      ThreadName.showOwnName()
-      call.run()
-      group.leave()
     case .concurrentItem(let queue, let work, let enqueuedAt):
       // Borrowed for the call: `runConcurrentItem` may drop the queue's last reference
       // as its last step (rule 4 of `Queue+Concurrent.swift`).

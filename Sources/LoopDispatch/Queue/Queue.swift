@@ -141,32 +141,31 @@ public final class Queue: @unchecked Sendable {
   /// extra work. On this read-mostly line rather than `concurrentWord`'s.
   let concurrentBacklogHint = Atomic<Bool>(false)
 
-  /// Runs `body` under the lock of the concurrent state (which must exist: a custom
-  /// concurrent queue's, or a wide serial queue's), borrowed: no retain and release of the
-  /// state object around the lock. They were one more shared line written twice per lock
-  /// hold, by the submitter and the finishers alike (perf, `rw_barrier`). Safe: the state
-  /// lives as long as the queue (`ownConcurrentState` is a constant; a wide state stays
-  /// retained until deinit), and the caller's `self` is alive for the call.
-  @inline(__always)
-  func withConcurrentStateLock<Result>(_ body: (inout ConcurrentState) -> Result) -> Result {
-    let raw: UnsafeMutableRawPointer
-    if let own = ownConcurrentState {
-      raw = Unmanaged.passUnretained(own).toOpaque()
-    } else {
-      raw = wideStatePointer.load(ordering: .acquiring)!
-    }
-    return Unmanaged<LockedValue<ConcurrentState>>.fromOpaque(raw)._withUnsafeGuaranteedRef {
-      $0.withLock(body)
-    }
+  /// The concurrent state, unretained: a custom concurrent queue's, or a wide serial
+  /// queue's (nil for a serial queue not made wide, and for the main and global queues).
+  /// Safe to use while the queue lives: `ownConcurrentState` is a constant, and a wide
+  /// state is retained by this queue until deinit once published (`applyWidth`).
+  private var unmanagedConcurrentState: Unmanaged<LockedValue<ConcurrentState>>? {
+    if let ownConcurrentState { return Unmanaged.passUnretained(ownConcurrentState) }
+    return wideStatePointer.load(ordering: .acquiring).map { Unmanaged.fromOpaque($0) }
   }
 
-  /// The concurrent state: a custom concurrent queue's, or a wide serial queue's (nil for
-  /// a serial queue not made wide, and for the main and global queues).
+  /// Runs `body` under the lock of the concurrent state, borrowed: no retain and release of
+  /// the state object around the lock. They were one more shared line written twice per
+  /// lock hold, by the submitter and the finishers alike (perf, `rw_barrier`).
+  /// The state must exist: the queue is a custom concurrent one, or a wide serial queue
+  /// whose caller saw the WIDE bit, which is set after the state's publication
+  /// (`Queue+Wide.swift`). The caller's `self` is alive for the call (in
+  /// `concurrentFinished`, by its own retain across the lock: rule 4 of
+  /// `Queue+Concurrent.swift`).
+  @inline(__always)
+  func withConcurrentStateLock<Result>(_ body: (inout ConcurrentState) -> Result) -> Result {
+    unmanagedConcurrentState!._withUnsafeGuaranteedRef { $0.withLock(body) }
+  }
+
+  /// The concurrent state (see `unmanagedConcurrentState`).
   var concurrentState: LockedValue<ConcurrentState>? {
-    if let ownConcurrentState { return ownConcurrentState }
-    guard let raw = wideStatePointer.load(ordering: .acquiring) else { return nil }
-    // Safe: retained by this queue until deinit once published (`applyWidth`).
-    return Unmanaged<LockedValue<ConcurrentState>>.fromOpaque(raw).takeUnretainedValue()
+    unmanagedConcurrentState?.takeUnretainedValue()
   }
 
   /// Maximum items running at once: 1 for serial queues and the main queue, unlimited for

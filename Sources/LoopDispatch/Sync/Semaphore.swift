@@ -66,9 +66,12 @@ public final class Semaphore: @unchecked Sendable {
   /// Quiet, 7 runs: 2 µs made our round trip 1.2–1.4 µs, 4 and 8 µs 0.8–1.1 µs.
   private static let spinNanoseconds: UInt64 = 4_000
   #if DEBUG
-    /// Debug builds: `futex_wake` calls made by `signal` (tests).
+    /// Debug builds: `futex_wake` calls made by `signal`, and sleeps announced in
+    /// `sleepers` by waiters (tests).
     private let wakeCount = Atomic<Int>(0)
     package var wakeCalls: Int { wakeCount.load(ordering: .relaxed) }
+    private let announcements = Atomic<Int>(0)
+    package var sleepsAnnounced: Int { announcements.load(ordering: .relaxed) }
     /// Debug builds, tests: when above 0, this semaphore's waiters spin this long instead,
     /// whatever time jumps they see, so that a test can hold a waiter in its spin.
     package let testSpinNanoseconds = Atomic<UInt64>(0)
@@ -170,12 +173,22 @@ public final class Semaphore: @unchecked Sendable {
   /// Sleeps on `tokens` while it is 0, announced in `sleepers` (step 3); false if `deadline`
   /// passed first. May return early: the caller looks for a token again.
   private func sleepForToken(until deadline: Deadline) -> Bool {
-    // Past the deadline: no announcement (see `waitSlow`).
-    if deadline != .distantFuture && Deadline.now >= deadline { return false }
+    // One clock read: the deadline check and the sleep's relative timeout.
+    var timeout: UInt64?
+    if deadline != .distantFuture {
+      let now = Deadline.now
+      // Past the deadline: no announcement (see `waitSlow`).
+      if now >= deadline { return false }
+      timeout = deadline.uptimeNanoseconds - now.uptimeNanoseconds
+    }
+    #if DEBUG
+      announcements.wrappingAdd(1, ordering: .relaxed)
+    #endif
     sleepers.wrappingAdd(1, ordering: .sequentiallyConsistent)
     defer { sleepers.wrappingSubtract(1, ordering: .relaxed) }
     if tokens.atomic.pointee.load(ordering: .sequentiallyConsistent) != 0 { return true }
-    return tokens.wait(whileEqualTo: 0, until: deadline)
+    tokens.wait(whileEqualTo: 0, timeoutNanoseconds: timeout)
+    return true
   }
 
   private func takeToken() -> Bool {
