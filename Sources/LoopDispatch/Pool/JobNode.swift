@@ -7,9 +7,10 @@ import Synchronization
 /// moves through injection queues, local run queues, run-next slots and serial queues'
 /// item lists as a plain pointer.
 ///
-/// Nodes are recycled (`NodeCache`), never freed while the process runs: a submission takes
-/// one from the calling thread's cache and the worker that ran the job gives it back to its
-/// own, so the steady state allocates nothing per job.
+/// Nodes are recycled (`NodeCache`): a submission takes one from the calling thread's cache
+/// and the worker that ran the job gives it back to its own, so the steady state allocates
+/// nothing per job. New nodes come 64 at a time in a slab (`NodeSlab`), and go back to the
+/// allocator only after a burst, a slab at a time (`NodeCache`, rule 4).
 ///
 /// Ownership: a node belongs to exactly one party at a time — the submitter until it
 /// publishes the node (an exchange on an injection queue's tail, a release store of a local
@@ -24,10 +25,15 @@ struct JobNode: ~Copyable {
   /// the producer right after the publishing exchange, releasing, `Queue.unlinked` until
   /// then).
   var work: QueueWork?
+  /// The lane (priority raw value) the job was submitted at, in one byte: it fits in the
+  /// padding after `work`, which leaves the node room for `slab` within 88 bytes
+  /// (`PoolLayoutTests`).
+  private var laneByte: UInt8 = 0
   /// `Ticks` at submission, for the global queues' wait figures.
   var enqueuedAt: UInt64 = 0
-  /// The lane (priority raw value) the job was submitted at.
-  var lane: Int = 0
+  /// The slab the node was carved from, nil for a node allocated alone (an injection
+  /// queue's first dummy). Written at initialisation, never changed: any thread may read it.
+  let slab: NodeSlab?
   /// The next node: in an injection queue (written by the producer that appended the
   /// following node, read by the consumer), or in a free list (owner only, relaxed).
   ///
@@ -36,6 +42,14 @@ struct JobNode: ~Copyable {
   /// concurrently (this link, on the injection queue's tail) must not be there, or the
   /// owner's write to another field reads as a race.
   let next = Atomic<UInt>(0)
+
+  init(slab: NodeSlab? = nil) { self.slab = slab }
+
+  /// The lane (priority raw value) the job was submitted at.
+  var lane: Int {
+    @inline(__always) get { Int(laneByte) }
+    @inline(__always) set { laneByte = UInt8(truncatingIfNeeded: newValue) }
+  }
 }
 
 /// A pointer to a pool-managed node.
@@ -86,7 +100,8 @@ package struct CFunctionCall: @unchecked Sendable {
 /// Rules:
 /// 1. `take` pops the calling thread's own freed nodes (`spare`), then a chain it borrowed
 ///    from the shared stack, then takes the whole shared stack (one exchange), and only when
-///    all are empty allocates. `give` pushes onto `spare`; at `spareLimit` nodes the whole
+///    all are empty allocates: a slab of 64 (`NodeSlab`), whose other 63 nodes become the
+///    thread's borrowed chain. `give` pushes onto `spare`; at `spareLimit` nodes the whole
 ///    list moves to the shared stack as one chain (one compare-and-swap per `spareLimit`
 ///    frees). A producer that never runs jobs (the main thread submitting to workers) is
 ///    fed by the workers' chains: its steady state allocates nothing.
@@ -96,10 +111,12 @@ package struct CFunctionCall: @unchecked Sendable {
 /// 3. A thread that exits gives its cache to the shared stack (pthread key destructor), so
 ///    no node is lost with it.
 /// 4. Bounded: a spare list handed over while the shared stack already holds about
-///    `sharedLimit` nodes is freed instead, so a burst that queued millions of jobs (the
-///    full-size stress suite's 10M items) does not keep their nodes for the process's life.
-///    What stays: up to `sharedLimit` shared, `spareLimit` per thread, and the chain a
-///    thread borrowed (at most what the shared stack held).
+///    `sharedLimit` nodes goes back to the allocator instead (`NodeSlab.release`: each slab
+///    is freed once all its nodes are back), so a burst that queued millions of jobs (the
+///    full-size stress suite's 10M items) does not keep their memory for the process's life.
+///    What stays: up to `sharedLimit` nodes shared, `spareLimit` per thread, and the chain a
+///    thread borrowed (at most what the shared stack held or a slab's 63), and the slabs
+///    those nodes lie in (`NodeSlab`, rule 4).
 /// 5. A borrowed chain's nodes were last written by the workers that freed them, so each is
 ///    a cache miss for the thread that takes it (on its `next`, then on the job the
 ///    submission overwrites). A submitter that never runs jobs (the main thread) takes every
@@ -169,24 +186,25 @@ enum NodeCache {
       if let next { cls_prefetch_for_write(next, MemoryLayout<JobNode>.size) }
       return node
     }
-    return allocateNode()
+    return takeFromNewSlab(cache)
   }
 
-  /// A new node from `malloc`. Not `allocate(capacity:)`: on Linux the Swift runtime sends
-  /// an allocation of default alignment to `posix_memalign` (`swift_slowAlloc`), whose
-  /// aligned path in glibc costs more than `malloc` and pads each block (perf, eight
-  /// producers submitting 1M jobs: 7.5% of the samples in `posix_memalign` under
-  /// `takeSlow`). `malloc`'s 16-byte alignment covers the node's; `deallocate` (rule 4)
-  /// frees either kind with `free`.
+  /// A node from a new slab (`NodeSlab`); the slab's other nodes become the calling thread's
+  /// borrowed chain, which is empty here (`takeSlow` comes here only then). The slab comes
+  /// from `malloc`, not `allocate(capacity:)`: on Linux the Swift runtime sends an
+  /// allocation of default alignment to `posix_memalign` (`swift_slowAlloc`), whose aligned
+  /// path in glibc costs more than `malloc` and pads each block (perf, eight producers
+  /// submitting 1M jobs: 7.5% of the samples in `posix_memalign` under `takeSlow`, when each
+  /// node was allocated alone).
   @inline(never)
-  private static func allocateNode() -> JobNodePointer {
-    guard let raw = malloc(MemoryLayout<JobNode>.stride) else {
-      resourceFailure("out of memory allocating a job node")
-    }
-    // Safe: a fresh block of the node's size, malloc-aligned (16 ≥ the node's alignment),
-    // bound to the type it is initialised as.
-    let node = raw.bindMemory(to: JobNode.self, capacity: 1)
-    node.initialize(to: JobNode())
+  private static func takeFromNewSlab(_ cache: UnsafeMutablePointer<lds_node_cache>)
+    -> JobNodePointer
+  {
+    let node = NodeSlab.makeChain()
+    // Safe: the slab's nodes are this thread's until it hands them on (rule 1).
+    cache.pointee.borrowed = UnsafeMutableRawPointer(
+      bitPattern: node.pointee.next.load(ordering: .relaxed))
+    registerExitHook(cache)
     return node
   }
 
@@ -210,12 +228,11 @@ enum NodeCache {
   private static func flushSpare(_ cache: UnsafeMutablePointer<lds_node_cache>) {
     guard let head = cache.pointee.spare_head, let tail = cache.pointee.spare_tail else { return }
     if sharedCount.load(ordering: .relaxed) >= sharedLimit {
-      // Rule 4: enough spare nodes already; these go back to the allocator.
+      // Rule 4: enough spare nodes already; these go back to their slabs.
       var node: JobNodePointer? = head.assumingMemoryBound(to: JobNode.self)
       while let current = node {
         node = JobNodePointer(bitPattern: current.pointee.next.load(ordering: .relaxed))
-        current.deinitialize(count: 1)
-        current.deallocate()
+        NodeSlab.release(current)
       }
     } else {
       pushShared(
