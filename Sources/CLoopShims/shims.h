@@ -101,6 +101,17 @@ static inline int cls_get_thread_name(char *buf) {
 int sched_getcpu(void);
 static inline int cls_current_cpu(void) { return sched_getcpu(); }
 
+/// Pins the calling thread to CPU `cpu` (sched_setaffinity, which moves the thread there
+/// before it returns). 0, or -errno (EINVAL: not a CPU the process may use). For tests.
+static inline int cls_pin_calling_thread(int cpu) {
+  unsigned long mask[16] = {0};  // Up to 1024 CPUs.
+  int bits = (int)(8 * sizeof(unsigned long));
+  if (cpu < 0 || cpu >= 16 * bits) return -EINVAL;
+  mask[cpu / bits] = 1UL << (cpu % bits);
+  long r = syscall(SYS_sched_setaffinity, 0, sizeof(mask), mask);
+  return r == 0 ? 0 : -errno;
+}
+
 /// CPUs this process may run on (the sched_getaffinity mask), at least 1.
 static inline int cls_available_cpus(void) {
   unsigned long mask[16] = {0};  // Up to 1024 CPUs.

@@ -1,3 +1,4 @@
+import CLoopShims
 import Glibc
 import LoopDispatch
 import Synchronization
@@ -217,6 +218,36 @@ import Testing
       #expect(semaphore.wait(timeout: .milliseconds(2)) == .timedOut)
       #expect(semaphore.sleepsAnnounced >= 1)
       #expect(semaphore.wakeCalls == 0)
+    }
+  #endif
+
+  #if DEBUG
+    /// Step 5 of `Semaphore`, in a child process whose main thread is pinned to one CPU at a
+    /// time: a wait on the CPU the last signal ran on sleeps without spinning; a wait whose
+    /// last signal ran on another CPU spins first. (Checked: with the spin never skipped, the
+    /// first count is 0.) On a machine that lets the process use one CPU only, the second
+    /// half has no other CPU to signal from and is left out.
+    @Test func aWaiterOnTheLastSignallersCPUDoesNotSpin() async {
+      await #expect(processExitsWith: .success) {
+        let home = cls_current_cpu()
+        guard home >= 0, cls_pin_calling_thread(home) == 0 else { exit(2) }
+        let shared = Semaphore(value: 0)
+        shared.signal()  // From `home`.
+        shared.wait()  // The unit: the fast path.
+        if shared.wait(timeout: .milliseconds(1)) != .timedOut { exit(3) }
+        if shared.spinsSkippedOnSharedCPU != 1 { exit(4) }
+        // Another CPU the process may run on, if there is one.
+        guard let other = (0..<1024).first(where: { $0 != home && cls_pin_calling_thread($0) == 0 })
+        else { exit(0) }
+        let apart = Semaphore(value: 0)
+        apart.signal()  // From `other`.
+        guard cls_pin_calling_thread(home) == 0, cls_current_cpu() == home, other != home else {
+          exit(5)
+        }
+        apart.wait()
+        if apart.wait(timeout: .milliseconds(1)) != .timedOut { exit(6) }
+        exit(apart.spinsSkippedOnSharedCPU == 0 ? 0 : 7)
+      }
     }
   #endif
 

@@ -1,3 +1,4 @@
+import CLoopShims
 import MainLoop
 import Synchronization
 
@@ -45,6 +46,16 @@ import Synchronization
 /// there a waiter that sleeps waits for a CPU behind the neighbour once woken: 12–18 µs a
 /// round trip in 7 of 9 runs without the spin, 2.0–2.5 µs in 8 of 9 with it (`sema` in
 /// `Benchmarks/C`, beside two busy loops on two CPUs).
+/// 5. A waiter on the CPU the last `signal` ran on does not spin (`signallerCPU`): the thread
+///    that would signal next is most likely the one that signalled last, and if it shares
+///    this CPU it needs it to run, which a spin only delays. Beside two busy neighbours the
+///    kernel sometimes puts a ping-pong's two threads on one CPU; each hop then waited out
+///    a whole spin first: `sema` read 10 µs a round trip against libdispatch's 3 µs in one
+///    table of 7 runs (the spin was the only difference: libdispatch does not spin). The CPU
+///    is a hint, read from the thread's rseq area (no system call): a signaller that moved
+///    since costs one sleep that a spin might have saved, and the next signal records its
+///    new CPU.
+///
 /// A spinner that sees a time jump (it was preempted) sleeps at once. It does not tell the
 /// `SpinGovernor`: the jump is as likely the process's own two threads sharing a CPU, which
 /// the governor's files do not count as pressure either, and a program that only uses
@@ -61,6 +72,9 @@ public final class Semaphore: @unchecked Sendable {
   /// argument), decremented relaxed (why: step 3).
   private let sleepers = Atomic<Int>(0)
   private let initialValue: Int
+  /// Atomic. The CPU the last `signal` ran on, -1 before the first (step 5). Relaxed: a hint;
+  /// a stale value only changes whether a waiter spins.
+  private let signallerCPU = Atomic<Int32>(-1)
   /// The longest spin before sleeping: about what one hop through a futex sleep and wake-up
   /// costs on this VM (libdispatch's quiet `sema` round trip, two such hops, takes 9 µs).
   /// Quiet, 7 runs: 2 µs made our round trip 1.2–1.4 µs, 4 and 8 µs 0.8–1.1 µs.
@@ -75,6 +89,10 @@ public final class Semaphore: @unchecked Sendable {
     /// Debug builds, tests: when above 0, this semaphore's waiters spin this long instead,
     /// whatever time jumps they see, so that a test can hold a waiter in its spin.
     package let testSpinNanoseconds = Atomic<UInt64>(0)
+    /// Debug builds: waits that slept without spinning because the last signal ran on the
+    /// waiter's CPU (step 5), for tests.
+    private let skippedSpins = Atomic<Int>(0)
+    package var spinsSkippedOnSharedCPU: Int { skippedSpins.load(ordering: .relaxed) }
     /// Debug builds: `value` now (below 0: that many waiters are counted), for tests.
     package var currentValue: Int { value.load(ordering: .acquiring) }
   #endif
@@ -100,6 +118,10 @@ public final class Semaphore: @unchecked Sendable {
   ///   in its spin without a system call).
   @discardableResult
   public func signal() -> Bool {
+    // Step 5. Written only when it changes: a signaller that stays on one CPU (the usual
+    // case) adds no store to its signals.
+    let cpu = cls_current_cpu()
+    if signallerCPU.load(ordering: .relaxed) != cpu { signallerCPU.store(cpu, ordering: .relaxed) }
     // Releasing; pairs with the acquiring decrement in `wait`.
     if value.wrappingAdd(1, ordering: .acquiringAndReleasing).oldValue >= 0 { return false }
     // Sequentially consistent, as is the load after it: step 3's argument.
@@ -134,12 +156,29 @@ public final class Semaphore: @unchecked Sendable {
     // signal pay a `futex_wake` for nobody.
     if deadline.uptimeNanoseconds <= start { return takeToken() ? .success : giveUp() }
     // A signal often follows within microseconds (a ping-pong, a short critical section):
-    // spin briefly on the token count before paying for a sleep and a wake-up.
-    if spinForToken(from: start, until: deadline) { return .success }
+    // spin briefly on the token count before paying for a sleep and a wake-up, unless the
+    // last signaller ran on this CPU (step 5).
+    if lastSignalRanOnThisCPU {
+      #if DEBUG
+        skippedSpins.wrappingAdd(1, ordering: .relaxed)
+      #endif
+    } else if spinForToken(from: start, until: deadline) {
+      return .success
+    }
     while true {
       if takeToken() { return .success }
       if !sleepForToken(until: deadline) { return giveUp() }
     }
+  }
+
+  /// Step 5: whether the last signal ran on the calling thread's CPU (never while a test
+  /// holds this semaphore's waiters in their spin).
+  @inline(__always)
+  private var lastSignalRanOnThisCPU: Bool {
+    #if DEBUG
+      if testSpinNanoseconds.load(ordering: .relaxed) > 0 { return false }
+    #endif
+    return signallerCPU.load(ordering: .relaxed) == cls_current_cpu()
   }
 
   /// Spins from `start` (the clock then) until a token is taken (true), `spinNanoseconds`
