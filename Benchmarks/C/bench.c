@@ -92,7 +92,9 @@
  *              side by side). Bimodal: a run where the threads never meet (each one's calls
  *              fit in a time slice) is about 50 ns/call on either library; see the row's code.
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE  // sched_getcpu (the allocation counters)
+#endif
 #include <dispatch/dispatch.h>
 
 #include <errno.h>

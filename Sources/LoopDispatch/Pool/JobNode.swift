@@ -27,7 +27,7 @@ struct JobNode: ~Copyable {
   var work: QueueWork?
   /// The lane (priority raw value) the job was submitted at, in one byte: it fits in the
   /// padding after `work`, which leaves the node room for `slab` within 88 bytes
-  /// (`PoolLayoutTests`).
+  /// (`NodeSlabTests`).
   private var laneByte: UInt8 = 0
   /// `Ticks` at submission, for the global queues' wait figures.
   var enqueuedAt: UInt64 = 0
@@ -48,7 +48,7 @@ struct JobNode: ~Copyable {
   /// The lane (priority raw value) the job was submitted at.
   var lane: Int {
     @inline(__always) get { Int(laneByte) }
-    @inline(__always) set { laneByte = UInt8(truncatingIfNeeded: newValue) }
+    @inline(__always) set { laneByte = UInt8(newValue) }  // A lane is 0...3.
   }
 }
 
@@ -126,7 +126,8 @@ package struct CFunctionCall: @unchecked Sendable {
 enum NodeCache {
   /// Nodes a thread keeps before it hands them to the shared stack.
   static let spareLimit = 256
-  /// Nodes the shared stack keeps at most (about 6 MB), give or take one spare list.
+  /// Nodes the shared stack keeps at most (about 6 MB of nodes; the slabs they lie in may
+  /// hold more: `NodeSlab`, rule 4), give or take one spare list.
   static let sharedLimit = 65_536
 
   /// Atomic. The shared stack: the first node of a chain of chains, linked by `next`.
@@ -186,7 +187,7 @@ enum NodeCache {
       if let next { cls_prefetch_for_write(next, MemoryLayout<JobNode>.size) }
       return node
     }
-    return takeFromNewSlab(cache)
+    return takeFromNewSlabSlow(cache)
   }
 
   /// A node from a new slab (`NodeSlab`); the slab's other nodes become the calling thread's
@@ -197,10 +198,10 @@ enum NodeCache {
   /// submitting 1M jobs: 7.5% of the samples in `posix_memalign` under `takeSlow`, when each
   /// node was allocated alone).
   @inline(never)
-  private static func takeFromNewSlab(_ cache: UnsafeMutablePointer<lds_node_cache>)
+  private static func takeFromNewSlabSlow(_ cache: UnsafeMutablePointer<lds_node_cache>)
     -> JobNodePointer
   {
-    let node = NodeSlab.makeChain()
+    let node = NodeSlab.makeChainSlow()
     // Safe: the slab's nodes are this thread's until it hands them on (rule 1).
     cache.pointee.borrowed = UnsafeMutableRawPointer(
       bitPattern: node.pointee.next.load(ordering: .relaxed))

@@ -24,10 +24,11 @@ import Synchronization
 ///    add that completes the count is also acquiring, so the `free` that follows comes after
 ///    every other party's last access to its node.
 /// 4. What a slab keeps: a slab with one node still in a cache stays whole. The caches keep
-///    a bounded number of nodes (`NodeCache`, rule 4), so at worst that many slabs; in
-///    practice far fewer, because a burst's nodes come back in about the order they were
-///    taken, and a slab's nodes were taken together (`NodeSlabTests` counts the slabs left
-///    after a burst of 262,144 jobs).
+///    a bounded number of nodes (`NodeCache`, rule 4), so at worst that many slabs, 64 times
+///    the nodes' own memory. A burst of fresh slabs comes back in about the order it was
+///    taken, a slab's nodes together, so it keeps about the caches' nodes' worth of slabs
+///    (`NodeSlabTests` counts them after a burst of 524,288 jobs); a burst whose nodes were
+///    recycled from many slabs keeps more, up to that worst case.
 struct NodeSlab {
   /// Nodes per slab.
   static let capacity = 64
@@ -39,21 +40,22 @@ struct NodeSlab {
 
   /// The count of nodes given back, at the block's start.
   private var released: UnsafeMutablePointer<Atomic<Int>> {
-    // Safe: bound to this type by `makeChain` for the block's life.
+    // Safe: bound to this type by `makeChainSlow` for the block's life.
     base.assumingMemoryBound(to: Atomic<Int>.self)
   }
 
   /// A new slab: its nodes, free and linked first to last by `next` (the last's is 0).
   /// Returns the first.
   @inline(never)
-  static func makeChain() -> JobNodePointer {
+  static func makeChainSlow() -> JobNodePointer {
     let stride = MemoryLayout<JobNode>.stride
-    // `malloc`, not `allocate(capacity:)`: see `NodeCache.takeFromNewSlab`.
+    // `malloc`, not `allocate(capacity:)`: see `NodeCache.takeFromNewSlabSlow`.
     guard let base = malloc(headerBytes + capacity * stride) else {
       resourceFailure("out of memory allocating job nodes")
     }
     // Safe: a fresh block; the count and the nodes are disjoint ranges of it, each bound to
-    // the type it is initialised as (malloc's 16-byte alignment covers both).
+    // the type it is initialised as (the block is 16-byte aligned, the nodes 8-byte, at
+    // `headerBytes`: enough for both types).
     base.bindMemory(to: Atomic<Int>.self, capacity: 1).initialize(to: Atomic(0))
     let first = (base + headerBytes).bindMemory(to: JobNode.self, capacity: capacity)
     let slab = NodeSlab(base: base)
@@ -79,7 +81,10 @@ struct NodeSlab {
       node.deallocate()
       return
     }
+    // Releasing: this party's deinitialisation before its add; acquiring: the add that
+    // completes the count sees every earlier party's (rule 3).
     let count = slab.released.pointee.wrappingAdd(1, ordering: .acquiringAndReleasing).newValue
+    assert(count <= capacity, "a job node was given back to its slab twice")
     if count == capacity {
       // Safe: every node of the block was deinitialised by the party that released it
       // (rule 3), and nobody holds any of them (rule 2).
@@ -93,6 +98,6 @@ struct NodeSlab {
 
   #if DEBUG
     /// Slabs allocated and not yet freed, process-wide (debug builds, for tests).
-    package static let live = Atomic<Int>(0)
+    static let live = Atomic<Int>(0)
   #endif
 }
