@@ -1,6 +1,7 @@
 // Small inline wrappers for Linux calls that `import Glibc` does not expose to Swift
 // (variadic syscall, gettid, pthread_setname_np, sched_getaffinity/CPU_COUNT, eventfd,
-// timerfd). Each wrapper is a single call; error handling lives in Swift.
+// timerfd). Each wrapper is a single call, or a few lines around one; error handling lives
+// in Swift.
 #ifndef LOOPDISPATCH_CLOOPSHIMS_H
 #define LOOPDISPATCH_CLOOPSHIMS_H
 

@@ -222,31 +222,64 @@ import Testing
   #endif
 
   #if DEBUG
-    /// Step 5 of `Semaphore`, in a child process whose main thread is pinned to one CPU at a
-    /// time: a wait on the CPU the last signal ran on sleeps without spinning; a wait whose
-    /// last signal ran on another CPU spins first. (Checked: with the spin never skipped, the
-    /// first count is 0.) On a machine that lets the process use one CPU only, the second
-    /// half has no other CPU to signal from and is left out.
-    @Test func aWaiterOnTheLastSignallersCPUDoesNotSpin() async {
+    /// Step 5 of `Semaphore`, in a child process whose threads are pinned to one CPU each:
+    /// a wait whose last waking signal came from another thread on its CPU sleeps without
+    /// spinning; one whose last waking signal was its own (a semaphore used as a lock), or
+    /// came from another CPU, spins first. (Checked: with the spin never skipped, the first
+    /// wait does not skip; with the thread not compared, the second does; with the CPU not
+    /// compared, the third does.) On a machine that lets the process use one CPU only, the last part
+    /// has no other CPU to signal from and is left out; where the CPU cannot be read, the
+    /// rule never applies and there is nothing to test.
+    @Test func aWaiterSleepsAtOnceWhenAnotherThreadOnItsCPUSignalledLast() async {
       await #expect(processExitsWith: .success) {
         let home = cls_current_cpu()
-        guard home >= 0, cls_pin_calling_thread(home) == 0 else { exit(2) }
-        let shared = Semaphore(value: 0)
-        shared.signal()  // From `home`.
-        shared.wait()  // The unit: the fast path.
-        if shared.wait(timeout: .milliseconds(1)) != .timedOut { exit(3) }
-        if shared.spinsSkippedOnSharedCPU != 1 { exit(4) }
-        // Another CPU the process may run on, if there is one.
-        guard let other = (0..<1024).first(where: { $0 != home && cls_pin_calling_thread($0) == 0 })
-        else { exit(0) }
-        let apart = Semaphore(value: 0)
-        apart.signal()  // From `other`.
-        guard cls_pin_calling_thread(home) == 0, cls_current_cpu() == home, other != home else {
-          exit(5)
+        guard home >= 0 else { exit(0) }
+        guard cls_pin_calling_thread(home) == 0 else { exit(2) }
+        /// Wakes a thread pinned to `cpu` that waits on `semaphore`, from a second thread
+        /// pinned there too, or from the calling thread when `signaller` is nil.
+        func wakeWaiter(
+          of semaphore: LoopDispatch.Semaphore, on cpu: Int32, signalFrom signaller: Int32?
+        ) {
+          let waiter = SyncTestThread.start {
+            if cls_pin_calling_thread(cpu) != 0 { exit(3) }
+            semaphore.wait()
+          }
+          if !waiter.waitUntilSleeping() { exit(4) }
+          if let signaller {
+            let other = SyncTestThread.start {
+              if cls_pin_calling_thread(signaller) != 0 { exit(5) }
+              semaphore.signal()
+            }
+            if !other.join() { exit(6) }
+          } else {
+            semaphore.signal()
+          }
+          if !waiter.join() { exit(7) }
         }
-        apart.wait()
-        if apart.wait(timeout: .milliseconds(1)) != .timedOut { exit(6) }
-        exit(apart.spinsSkippedOnSharedCPU == 0 ? 0 : 7)
+        let semaphore = Semaphore(value: 0)
+        /// Skipped spins of one timed-out wait of this thread (the helpers' waits skip too).
+        func skipsOfOwnWait() -> Int {
+          let before = semaphore.spinsSkippedOnSharedCPU
+          if semaphore.wait(timeout: .milliseconds(1)) != .timedOut { exit(8) }
+          return semaphore.spinsSkippedOnSharedCPU - before
+        }
+        // Another thread on this CPU signalled last: no spin.
+        wakeWaiter(of: semaphore, on: home, signalFrom: home)
+        if skipsOfOwnWait() != 1 { exit(9) }
+        // This thread signalled last: it spins.
+        wakeWaiter(of: semaphore, on: home, signalFrom: nil)
+        if skipsOfOwnWait() != 0 { exit(10) }
+        // Another CPU the process may run on, if there is one (the search moves this thread;
+        // it goes back home after).
+        guard
+          let away = (Int32(0)..<1024).first(where: {
+            $0 != home && cls_pin_calling_thread($0) == 0
+          })
+        else { exit(0) }
+        if cls_pin_calling_thread(home) != 0 { exit(12) }
+        // A thread on another CPU signalled last: this thread spins.
+        wakeWaiter(of: semaphore, on: away, signalFrom: away)
+        exit(skipsOfOwnWait() == 0 ? 0 : 13)
       }
     }
   #endif

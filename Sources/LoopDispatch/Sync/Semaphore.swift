@@ -37,6 +37,20 @@ import Synchronization
 ///    first; this one then waits for the next signal, past its deadline, as a `sem_wait`
 ///    loser does in libdispatch.) A deadline that has already passed skips the spin and the
 ///    announcement.
+/// 5. A waiter does not spin when the last signal that found a waiter came from another
+///    thread on the waiter's own CPU (`signaller`): in a hand-off between two threads (a
+///    ping-pong, a request and its reply) the thread that signals next is the one that
+///    signalled last, and if it shares this CPU it needs the CPU to run, which a spin only
+///    delays. Measured: `sema` beside two busy loops on two CPUs, 9 runs, read 2.3–11.9 µs a
+///    round trip, 7 runs at 10.2–11.9 µs (libdispatch, which does not spin: 2.0–25 µs,
+///    median 3.2); with this rule 2.1–3.6 µs. That the slow runs were the two threads on one
+///    CPU is our inference (two 4 µs spins per round trip plus two sleeps), not a recorded
+///    placement. The hint is read from the thread's rseq area (no system call) and only on
+///    the paths that already cost more: the signal that found a waiter records it, the
+///    waiter about to spin reads it. It can misfire: where several threads take turns (a
+///    semaphore used as a lock), the last signaller is not the next one, and a waiter that
+///    shares its CPU sleeps where a spin might have caught the next signal, at the price of
+///    one sleep and wake-up. A CPU that cannot be read (-1) never skips the spin.
 ///
 /// Why the spin is bounded by time, not by a count of iterations: a `pause` takes 16 ns on
 /// this VM's Xeon (3 ns on older cores), so the 2,000 checks it used to make lasted 35 µs. A
@@ -46,16 +60,6 @@ import Synchronization
 /// there a waiter that sleeps waits for a CPU behind the neighbour once woken: 12–18 µs a
 /// round trip in 7 of 9 runs without the spin, 2.0–2.5 µs in 8 of 9 with it (`sema` in
 /// `Benchmarks/C`, beside two busy loops on two CPUs).
-/// 5. A waiter on the CPU the last `signal` ran on does not spin (`signallerCPU`): the thread
-///    that would signal next is most likely the one that signalled last, and if it shares
-///    this CPU it needs it to run, which a spin only delays. Beside two busy neighbours the
-///    kernel sometimes puts a ping-pong's two threads on one CPU; each hop then waited out
-///    a whole spin first: `sema` read 10 µs a round trip against libdispatch's 3 µs in one
-///    table of 7 runs (the spin was the only difference: libdispatch does not spin). The CPU
-///    is a hint, read from the thread's rseq area (no system call): a signaller that moved
-///    since costs one sleep that a spin might have saved, and the next signal records its
-///    new CPU.
-///
 /// A spinner that sees a time jump (it was preempted) sleeps at once. It does not tell the
 /// `SpinGovernor`: the jump is as likely the process's own two threads sharing a CPU, which
 /// the governor's files do not count as pressure either, and a program that only uses
@@ -72,9 +76,10 @@ public final class Semaphore: @unchecked Sendable {
   /// argument), decremented relaxed (why: step 3).
   private let sleepers = Atomic<Int>(0)
   private let initialValue: Int
-  /// Atomic. The CPU the last `signal` ran on, -1 before the first (step 5). Relaxed: a hint;
-  /// a stale value only changes whether a waiter spins.
-  private let signallerCPU = Atomic<Int32>(-1)
+  /// Atomic. Where the last signal that found a waiter ran (step 5), as `whereCalled` packs
+  /// it; 0 before the first. Relaxed: a hint; a stale value only changes whether a waiter
+  /// spins.
+  private let signaller = Atomic<UInt64>(0)
   /// The longest spin before sleeping: about what one hop through a futex sleep and wake-up
   /// costs on this VM (libdispatch's quiet `sema` round trip, two such hops, takes 9 µs).
   /// Quiet, 7 runs: 2 µs made our round trip 1.2–1.4 µs, 4 and 8 µs 0.8–1.1 µs.
@@ -89,8 +94,8 @@ public final class Semaphore: @unchecked Sendable {
     /// Debug builds, tests: when above 0, this semaphore's waiters spin this long instead,
     /// whatever time jumps they see, so that a test can hold a waiter in its spin.
     package let testSpinNanoseconds = Atomic<UInt64>(0)
-    /// Debug builds: waits that slept without spinning because the last signal ran on the
-    /// waiter's CPU (step 5), for tests.
+    /// Debug builds: waits that slept without spinning because the last signaller was
+    /// another thread on the waiter's CPU (step 5), for tests.
     private let skippedSpins = Atomic<Int>(0)
     package var spinsSkippedOnSharedCPU: Int { skippedSpins.load(ordering: .relaxed) }
     /// Debug builds: `value` now (below 0: that many waiters are counted), for tests.
@@ -118,12 +123,13 @@ public final class Semaphore: @unchecked Sendable {
   ///   in its spin without a system call).
   @discardableResult
   public func signal() -> Bool {
-    // Step 5. Written only when it changes: a signaller that stays on one CPU (the usual
-    // case) adds no store to its signals.
-    let cpu = cls_current_cpu()
-    if signallerCPU.load(ordering: .relaxed) != cpu { signallerCPU.store(cpu, ordering: .relaxed) }
     // Releasing; pairs with the acquiring decrement in `wait`.
     if value.wrappingAdd(1, ordering: .acquiringAndReleasing).oldValue >= 0 { return false }
+    // Step 5: a signal that found a waiter records where it ran (a store only when that
+    // changed: a hand-off that stays put adds none).
+    if let here = Self.whereCalled(), signaller.load(ordering: .relaxed) != here {
+      signaller.store(here, ordering: .relaxed)
+    }
     // Sequentially consistent, as is the load after it: step 3's argument.
     tokens.atomic.pointee.wrappingAdd(1, ordering: .sequentiallyConsistent)
     if sleepers.load(ordering: .sequentiallyConsistent) > 0 {
@@ -157,8 +163,8 @@ public final class Semaphore: @unchecked Sendable {
     if deadline.uptimeNanoseconds <= start { return takeToken() ? .success : giveUp() }
     // A signal often follows within microseconds (a ping-pong, a short critical section):
     // spin briefly on the token count before paying for a sleep and a wake-up, unless the
-    // last signaller ran on this CPU (step 5).
-    if lastSignalRanOnThisCPU {
+    // last signaller was another thread on this CPU (step 5).
+    if lastSignallerSharesThisCPU {
       #if DEBUG
         skippedSpins.wrappingAdd(1, ordering: .relaxed)
       #endif
@@ -171,14 +177,28 @@ public final class Semaphore: @unchecked Sendable {
     }
   }
 
-  /// Step 5: whether the last signal ran on the calling thread's CPU (never while a test
-  /// holds this semaphore's waiters in their spin).
+  /// Step 5: whether the last signal that found a waiter came from another thread on the
+  /// calling thread's CPU (never while a test holds this semaphore's waiters in their spin).
   @inline(__always)
-  private var lastSignalRanOnThisCPU: Bool {
+  private var lastSignallerSharesThisCPU: Bool {
     #if DEBUG
       if testSpinNanoseconds.load(ordering: .relaxed) > 0 { return false }
     #endif
-    return signallerCPU.load(ordering: .relaxed) == cls_current_cpu()
+    guard let here = Self.whereCalled() else { return false }
+    let last = signaller.load(ordering: .relaxed)
+    return last != 0 && UInt32(truncatingIfNeeded: last) == UInt32(truncatingIfNeeded: here)
+      && last >> 32 != here >> 32
+  }
+
+  /// The calling thread's CPU (low 32 bits) and a tag of the thread (high 32: its
+  /// `pthread_self` address over 64, whose low 32 bits differ between threads whose
+  /// control blocks lie less than 256 GiB apart; two threads that share a tag only lose the
+  /// skip), or nil when the CPU cannot be read.
+  @inline(__always)
+  private static func whereCalled() -> UInt64? {
+    let cpu = cls_current_cpu()
+    guard cpu >= 0 else { return nil }
+    return (UInt64(pthread_self()) >> 6) << 32 | UInt64(UInt32(cpu))
   }
 
   /// Spins from `start` (the clock then) until a token is taken (true), `spinNanoseconds`
