@@ -98,7 +98,8 @@ static inline int cls_get_thread_name(char *buf) {
 }
 
 /// The CPU the calling thread runs on (glibc reads it from the thread's rseq area where the
-/// kernel supports rseq, else the vDSO's getcpu: no system call either way), or -1.
+/// kernel and glibc support rseq, else through the vDSO's getcpu where there is one, as on
+/// x86-64: no system call here; elsewhere it may be one), or -1.
 int sched_getcpu(void);
 static inline int cls_current_cpu(void) { return sched_getcpu(); }
 

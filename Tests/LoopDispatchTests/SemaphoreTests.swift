@@ -227,9 +227,9 @@ import Testing
     /// spinning; one whose last waking signal was its own (a semaphore used as a lock), or
     /// came from another CPU, spins first. (Checked: with the spin never skipped, the first
     /// wait does not skip; with the thread not compared, the second does; with the CPU not
-    /// compared, the third does.) On a machine that lets the process use one CPU only, the last part
-    /// has no other CPU to signal from and is left out; where the CPU cannot be read, the
-    /// rule never applies and there is nothing to test.
+    /// compared, the third does.) On a machine that lets the process use one CPU only, the
+    /// last part has no other CPU to signal from and is left out; where the CPU cannot be
+    /// read, the rule never applies and there is nothing to test.
     @Test func aWaiterSleepsAtOnceWhenAnotherThreadOnItsCPUSignalledLast() async {
       await #expect(processExitsWith: .success) {
         let home = cls_current_cpu()
@@ -260,7 +260,8 @@ import Testing
         /// Skipped spins of one timed-out wait of this thread (the helpers' waits skip too).
         func skipsOfOwnWait() -> Int {
           let before = semaphore.spinsSkippedOnSharedCPU
-          if semaphore.wait(timeout: .milliseconds(1)) != .timedOut { exit(8) }
+          // 50 ms: a deadline passed before the wait starts would skip step 5 altogether.
+          if semaphore.wait(timeout: .milliseconds(50)) != .timedOut { exit(8) }
           return semaphore.spinsSkippedOnSharedCPU - before
         }
         // Another thread on this CPU signalled last: no spin.

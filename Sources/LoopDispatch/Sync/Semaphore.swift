@@ -41,11 +41,12 @@ import Synchronization
 ///    thread on the waiter's own CPU (`signaller`): in a hand-off between two threads (a
 ///    ping-pong, a request and its reply) the thread that signals next is the one that
 ///    signalled last, and if it shares this CPU it needs the CPU to run, which a spin only
-///    delays. Measured: `sema` beside two busy loops on two CPUs, 9 runs, read 2.3–11.9 µs a
-///    round trip, 7 runs at 10.2–11.9 µs (libdispatch, which does not spin: 2.0–25 µs,
-///    median 3.2); with this rule 2.1–3.6 µs. That the slow runs were the two threads on one
-///    CPU is our inference (two 4 µs spins per round trip plus two sleeps), not a recorded
-///    placement. The hint is read from the thread's rseq area (no system call) and only on
+///    delays. Measured (`sema` beside two busy loops on two CPUs, 9 runs each, alternating
+///    with libdispatch): 2.0–10.2 µs a round trip before this rule, 5 runs at about 10 µs;
+///    1.8–2.5 µs with it (libdispatch, which does not spin: 1.8–19.9 µs in the same set).
+///    That the slow runs were the two threads on one CPU is our inference (two 4 µs spins
+///    per round trip plus two sleeps), not a recorded placement. The CPU is read from the
+///    thread's rseq area (no system call where the kernel and glibc provide one), and only on
 ///    the paths that already cost more: the signal that found a waiter records it, the
 ///    waiter about to spin reads it. It can misfire: where several threads take turns (a
 ///    semaphore used as a lock), the last signaller is not the next one, and a waiter that
@@ -60,6 +61,7 @@ import Synchronization
 /// there a waiter that sleeps waits for a CPU behind the neighbour once woken: 12–18 µs a
 /// round trip in 7 of 9 runs without the spin, 2.0–2.5 µs in 8 of 9 with it (`sema` in
 /// `Benchmarks/C`, beside two busy loops on two CPUs).
+///
 /// A spinner that sees a time jump (it was preempted) sleeps at once. It does not tell the
 /// `SpinGovernor`: the jump is as likely the process's own two threads sharing a CPU, which
 /// the governor's files do not count as pressure either, and a program that only uses
