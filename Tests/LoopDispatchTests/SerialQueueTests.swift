@@ -39,9 +39,9 @@ import Testing
     /// The tests that set the pause hook (one process-wide slot), one at a time.
     @Suite(.serialized) struct LinkWindow {
       /// A producer parked between the exchange that publishes its node and the store that
-      /// links it to the older nodes (a debug hook): the drainer that takes the list must wait
-      /// there for the link, then run every item, in order. (Preemption in that window is
-      /// rare; a lost link would drop every older item.)
+      /// links the older node to it (a debug hook): the drainer that reaches the older node
+      /// must wait there for the link, then run every item, in order. (Preemption in that
+      /// window is rare; a lost link would drop every newer item.)
       @Test func aDrainerWaitsForAProducerBetweenItsExchangeAndItsLink() {
         let queue = Queue(label: "link-window")
         // Only touched on `queue`, which runs one item at a time.
@@ -149,9 +149,9 @@ import Testing
       #expect(order.value == Array(0..<(budget + extra)))
     }
 
-    /// A `suspend()` that lands after the drain took the next item and before it ran it
-    /// holds that item back until `resume()` (the drain checks after taking and puts the item
-    /// back). With the check before the take, an item taken just after a suspend ran while
+    /// A `suspend()` that lands after the drain read the link to the next item and before it
+    /// ran it holds that item back until `resume()` (the drain checks after reading the link
+    /// and leaves the item in the list). With the check before the read, an item taken just after a suspend ran while
     /// its queue was suspended (SuspendStormStressTests saw it once); here the hook suspends
     /// from inside that window, deterministically.
     @Test func aSuspendRightAfterTheTakeHoldsTheItemBack() {

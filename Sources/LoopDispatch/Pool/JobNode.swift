@@ -21,9 +21,8 @@ struct JobNode: ~Copyable {
   /// The job; nil while the node is free, an injection queue's dummy, or a queue item.
   var job: PoolJob?
   /// A serial queue's item (`Queue+Serial.swift`): nil unless the node is in a serial
-  /// queue's `incoming` or backlog, where `next` links the list (on `incoming`: written by
-  /// the producer right after the publishing exchange, releasing, `Queue.unlinked` until
-  /// then).
+  /// queue's list after its head, where `next` links to the next newer node (written by the
+  /// producer of that node right after its publishing exchange, releasing; 0 until then).
   var work: QueueWork?
   /// The lane (priority raw value) the job was submitted at, in one byte: it fits in the
   /// padding after `work`, which leaves the node room for `slab` within 88 bytes

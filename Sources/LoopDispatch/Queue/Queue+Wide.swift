@@ -7,7 +7,7 @@ import Synchronization
 /// Such a queue keeps its serial front and gains a concurrent back:
 ///
 /// ```
-///  async / sync / barrier / child drains ──▶ serial front (incoming → backlog, one drainer)
+///  async / sync / barrier / child drains ──▶ serial front (one FIFO list, one drainer)
 ///                                                   │ after the WIDE bit: forwarded, in order
 ///                                                   ▼
 ///                                   concurrent back (`ConcurrentState`, `concurrentWord`)

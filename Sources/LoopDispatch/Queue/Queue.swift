@@ -82,7 +82,7 @@ public final class Queue: @unchecked Sendable {
   ///   suspended or locked by `sync` (not per item while a drain runs);
   /// - `incoming`: exchanged by every submission and by the drainer taking the list (with
   ///   `concurrentWord`, a concurrent queue's equivalent);
-  /// - `backlogHead` and `backlogTail`: written per item by the drainer alone.
+  /// - `head`: written per item by the drainer alone.
   /// With all of them on one line, four threads feeding one serial queue made the drainer
   /// miss the cache on `state` and on the backlog after every producer's exchange (perf: a
   /// third of the drain's samples on those two), and each producer miss on `kind`. Each pad
@@ -98,19 +98,20 @@ public final class Queue: @unchecked Sendable {
   /// publishes it.
   let drainScheduledAt = Atomic<UInt64>(0)
   private let serialPadState = CacheLinePad()
-  /// Atomic. Submitted items not yet taken by a drainer (a Treiber stack, newest first).
-  let incoming = Atomic<JobNodePointer?>(nil)
+  /// Atomic. The newest node of the item list (its tail, `Queue+Serial.swift`): exchanged by
+  /// every submission. The list's first node (see `head`) until the first submission.
+  let incoming: Atomic<JobNodePointer>
   /// Atomic. A custom concurrent queue's state word (`ConcurrentWord.swift`); 0 otherwise.
   /// On `incoming`'s line: each is the word every submission and completion of its kind of
   /// queue writes, and a queue uses one of them (a serial queue made wide uses both, its
   /// front's and its back's), so the word gets a line of its own without another pad.
   let concurrentWord = Atomic<UInt64>(0)
   private let serialPadIncoming = CacheLinePad()
-  /// Items taken from `incoming`, oldest first. Written only by the thread holding SCHEDULED;
-  /// read (for emptiness) by anyone, hence atomic.
-  let backlogHead = Atomic<JobNodePointer?>(nil)
-  /// Only touched by the thread holding SCHEDULED.
-  var backlogTail: JobNodePointer?
+  /// Atomic. The oldest node of the item list (its head, `Queue+Serial.swift`): the node
+  /// whose item the drainer took last, or the node made with the queue. It carries no item;
+  /// its `next` is the oldest item waiting (0: none linked yet). Written only by the thread
+  /// holding SCHEDULED (per item); read for emptiness by anyone, hence atomic.
+  let head: Atomic<JobNodePointer>
   /// The other side of the backlog (see `serialPadKind`). Never read.
   private let serialPadBacklog = CacheLinePad()
 
@@ -231,6 +232,9 @@ public final class Queue: @unchecked Sendable {
   ) {
     self.label = label
     kernelName = KernelName(label)
+    let first = Queue.makeFirstNode()
+    incoming = Atomic(first)
+    head = Atomic(first)
     if attributes.contains(.concurrent) {
       kind = .concurrent
       if let width, width < 1 {
@@ -263,6 +267,9 @@ public final class Queue: @unchecked Sendable {
   private init(rootLabel: String, priority: Priority, overcommit: Bool) {
     label = rootLabel
     kernelName = .none
+    let first = Queue.makeFirstNode()
+    incoming = Atomic(first)
+    head = Atomic(first)
     kind = .root(priority, overcommit: overcommit)
     sanitizerWidth = UInt16.max
     ownConcurrentState = nil
@@ -277,6 +284,9 @@ public final class Queue: @unchecked Sendable {
   private init(mainQueueLabel: String) {
     label = mainQueueLabel
     kernelName = .none
+    let first = Queue.makeFirstNode()
+    incoming = Atomic(first)
+    head = Atomic(first)
     kind = .main
     ownConcurrentState = nil
     firstTarget = nil
@@ -303,9 +313,14 @@ public final class Queue: @unchecked Sendable {
         clientBug(
           "queue \"\(label)\" was released while suspended or inactive with work still queued")
       }
-    } else if concurrentState?.withLock({ !$0.pending.isEmpty }) ?? false {
-      clientBug(
-        "queue \"\(label)\" was released while suspended or inactive with work still queued")
+    } else {
+      // The list's first node, never used by a concurrent queue (`freeSerialItems` frees a
+      // serial queue's). Safe: no submitter or drainer is left.
+      NodeCache.give(head.load(ordering: .acquiring))
+      if concurrentState?.withLock({ !$0.pending.isEmpty }) ?? false {
+        clientBug(
+          "queue \"\(label)\" was released while suspended or inactive with work still queued")
+      }
     }
     runFinalizer()
     if let raw = extrasPointer.load(ordering: .acquiring) {
