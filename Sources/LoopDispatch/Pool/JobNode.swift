@@ -13,10 +13,12 @@ import Synchronization
 /// allocator only after a burst, a slab at a time (`NodeCache`, rule 4).
 ///
 /// Ownership: a node belongs to exactly one party at a time — the submitter until it
-/// publishes the node (an exchange on an injection queue's tail, a release store of a local
-/// queue's tail, a slot store), then the queue, then the worker that took it. Only the owner
-/// reads or writes `job` and `enqueuedAt`; `next` is atomic because an injection queue's
-/// consumer reads it while the producer that linked the node may still be writing it.
+/// publishes the node (an exchange on an injection queue's or a serial queue's tail, a
+/// release store of a local queue's tail, a slot store), then the queue, then the worker or
+/// drainer that took it. Only the owner reads or writes `job`, `work` and `enqueuedAt`;
+/// `next` is atomic because an injection queue's or serial queue's consumer reads it while
+/// the producer that links the next node may still be writing it. A serial queue's node
+/// outlives its item: it stays as the list's head until the next item is taken.
 struct JobNode: ~Copyable {
   /// The job; nil while the node is free, an injection queue's dummy, or a queue item.
   var job: PoolJob?
@@ -33,12 +35,14 @@ struct JobNode: ~Copyable {
   /// The slab the node was carved from, nil for a node allocated alone (an injection
   /// queue's first dummy). Written at initialisation, never changed: any thread may read it.
   let slab: NodeSlab?
-  /// The next node: in an injection queue (written by the producer that appended the
-  /// following node, read by the consumer), or in a free list (owner only, relaxed).
+  /// The next node: in an injection queue or a serial queue's list (written by the producer
+  /// that appended the following node, read by the consumer), or in a free list (owner
+  /// only, relaxed).
   ///
   /// Last on purpose: ThreadSanitizer records a Swift access to `pointee` (as the owner's
   /// `node.pointee.job = ...`) at the node's first byte, so a field a producer writes
-  /// concurrently (this link, on the injection queue's tail) must not be there, or the
+  /// concurrently (this link, on an injection queue's or a serial queue's tail) must not be
+  /// there, or the
   /// owner's write to another field reads as a race.
   let next = Atomic<UInt>(0)
 
@@ -114,8 +118,8 @@ package struct CFunctionCall: @unchecked Sendable {
 ///    is freed once all its nodes are back), so a burst that queued millions of jobs (the
 ///    full-size stress suite's 10M items) does not keep their memory for the process's life.
 ///    What stays: up to `sharedLimit` nodes shared, `spareLimit` per thread, and the chain a
-///    thread borrowed (at most what the shared stack held or a slab's 63), and the slabs
-///    those nodes lie in (`NodeSlab`, rule 4).
+///    thread borrowed (at most what the shared stack held or a slab's 63), one per live
+///    serial queue (its list's head), and the slabs those nodes lie in (`NodeSlab`, rule 4).
 /// 5. A borrowed chain's nodes were last written by the workers that freed them, so each is
 ///    a cache miss for the thread that takes it (on its `next`, then on the job the
 ///    submission overwrites). A submitter that never runs jobs (the main thread) takes every

@@ -105,7 +105,8 @@ extension Queue {
 
   @inline(__always)
   func serialEnqueue(_ work: QueueWork) {
-    // Safe: the node is ours until the CAS publishes it; the drainer frees it.
+    // Safe: the node is ours until the exchange publishes it; a drainer frees it once it has
+    // moved past it (`advance`), or the queue's deinit (`freeSerialItems`).
     // A recycled node (`NodeCache`): no allocation in the steady state.
     let node = NodeCache.take()
     node.pointee.work = work
@@ -132,7 +133,19 @@ extension Queue {
     wakeUp(submittedAt: stamp)
   }
 
-  /// The node a queue's list starts with (step 0): no item, no link.
+  /// The list of every global and concurrent queue, which never list items: one node,
+  /// allocated alone (no slab kept alive for it) and never freed or written after this.
+  // nonisolated(unsafe): a pointer is not Sendable; this one is only compared and its link
+  // read (always 0) by the emptiness checks, never written, so sharing it is safe.
+  nonisolated(unsafe) static let unusedList: JobNodePointer = {
+    let node = JobNodePointer.allocate(capacity: 1)
+    node.initialize(to: JobNode())
+    return node
+  }()
+
+  /// The node a serial queue's list starts with (step 0): no item, no link. Each live
+  /// serial queue keeps one node, its head (this one, then the last item's), and with it
+  /// that node's slab (`NodeSlab`, rule 4).
   static func makeFirstNode() -> JobNodePointer {
     let node = NodeCache.take()
     // Safe: a free node, ours until the queue's fields publish it.
@@ -223,9 +236,9 @@ extension Queue {
   }
 
   /// Whether the queue looked empty: a hint for `sync`'s fast paths, read by any thread.
-  /// The two loads are not one instant; a `true` means every item pushed before the first
-  /// load had been taken by the second (`head` moves only towards the newest node, and a node
-  /// is reused only after `head` moved past it).
+  /// Relaxed, and the two loads are not one instant: a `true` may miss a push that is not
+  /// ordered before the call. Harmless: the state CAS and the release-side re-check decide
+  /// (`trySyncLock`).
   @inline(__always)
   var serialLooksEmpty: Bool {
     incoming.load(ordering: .relaxed) == head.load(ordering: .relaxed)
@@ -328,8 +341,12 @@ extension Queue {
   @inline(__always)
   private func advance(to node: JobNodePointer) {
     let last = head.load(ordering: .relaxed)
-    // Relaxed: other threads compare it only (`serialLooksEmpty`); the next drainer gets it
-    // through the hand-off of SCHEDULED.
+    // Relaxed: the next drainer gets it through the hand-off of SCHEDULED. Other threads
+    // only compare it with `incoming` (`serialHasPendingItems`, `serialLooksEmpty`), where a
+    // stale head reads as "pending", not "empty": `incoming` equals a former head only after
+    // that node was freed here, recycled through the node caches and pushed again by an
+    // exchange; a sequentially consistent load of `incoming` that reads that exchange
+    // acquires this store, so the head loaded after it is this one or newer.
     head.store(node, ordering: .relaxed)
     NodeCache.give(last)
   }

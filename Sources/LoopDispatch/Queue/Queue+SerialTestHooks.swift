@@ -56,12 +56,12 @@ import Synchronization
 
     /// Whether `taken` is set (checked first, so an unarmed drain takes no lock).
     private static let takeArmed = Atomic<Bool>(false)
-    /// Protected by: its lock. Called by every drainer, on its thread, after it took an item
-    /// and before it checks suspension, with the queue.
+    /// Protected by: its lock. Called by every drainer, on its thread, after it found the next
+    /// item (not yet taken) and before it checks suspension, with the queue.
     private static let taken = LockedValue<(@Sendable (Queue) -> Void)?>(nil)
 
-    /// Installs (or, with nil, removes) the hook drainers call between taking an item and
-    /// checking suspension (a `suspend()` there must still hold the item back).
+    /// Installs (or, with nil, removes) the hook drainers call between finding the next item
+    /// and checking suspension (a `suspend()` there must still hold the item back).
     package static func setAfterTake(_ hook: (@Sendable (Queue) -> Void)?) {
       taken.withLock { $0 = hook }
       takeArmed.store(hook != nil, ordering: .sequentiallyConsistent)

@@ -12,7 +12,7 @@ import Synchronization
 /// Thread-safety: every method may be called from any thread.
 public final class Queue: @unchecked Sendable {
   // @unchecked Sendable: the serial state is atomic (see `Queue+Serial.swift`), the
-  // concurrent state is behind a mutex, the consumer-side backlog belongs to the thread that
+  // concurrent state is behind a mutex, the item list's head belongs to the thread that
   // holds the SCHEDULED bit, and the rest is immutable or behind a mutex.
 
   /// Options for creating a queue.
@@ -80,11 +80,11 @@ public final class Queue: @unchecked Sendable {
   /// - `state`: read by every submission (`wakeUp`) and by the drainer before each item
   ///   (the suspension check), written only when the queue is scheduled, released,
   ///   suspended or locked by `sync` (not per item while a drain runs);
-  /// - `incoming`: exchanged by every submission and by the drainer taking the list (with
-  ///   `concurrentWord`, a concurrent queue's equivalent);
+  /// - `incoming`: exchanged by every submission, loaded by the drainer when the head has no
+  ///   link (with `concurrentWord`, a concurrent queue's equivalent);
   /// - `head`: written per item by the drainer alone.
   /// With all of them on one line, four threads feeding one serial queue made the drainer
-  /// miss the cache on `state` and on the backlog after every producer's exchange (perf: a
+  /// miss the cache on `state` and on its list after every producer's exchange (perf: a
   /// third of the drain's samples on those two), and each producer miss on `kind`. Each pad
   /// is 128 bytes (`CacheLinePad`). Never read.
   private let serialPadKind = CacheLinePad()
@@ -112,8 +112,8 @@ public final class Queue: @unchecked Sendable {
   /// its `next` is the oldest item waiting (0: none linked yet). Written only by the thread
   /// holding SCHEDULED (per item); read for emptiness by anyone, hence atomic.
   let head: Atomic<JobNodePointer>
-  /// The other side of the backlog (see `serialPadKind`). Never read.
-  private let serialPadBacklog = CacheLinePad()
+  /// The other side of the head (see `serialPadKind`). Never read.
+  private let serialPadHead = CacheLinePad()
 
   /// The next queue up the target chain whose SYNC_LOCKED was taken together with this
   /// queue's (nil: none), so the holder releases exactly what it locked even if `setTarget`
@@ -232,7 +232,8 @@ public final class Queue: @unchecked Sendable {
   ) {
     self.label = label
     kernelName = KernelName(label)
-    let first = Queue.makeFirstNode()
+    // A concurrent queue never lists items (`Queue+Serial.swift`): it shares one node.
+    let first = attributes.contains(.concurrent) ? Queue.unusedList : Queue.makeFirstNode()
     incoming = Atomic(first)
     head = Atomic(first)
     if attributes.contains(.concurrent) {
@@ -267,9 +268,8 @@ public final class Queue: @unchecked Sendable {
   private init(rootLabel: String, priority: Priority, overcommit: Bool) {
     label = rootLabel
     kernelName = .none
-    let first = Queue.makeFirstNode()
-    incoming = Atomic(first)
-    head = Atomic(first)
+    incoming = Atomic(Queue.unusedList)
+    head = Atomic(Queue.unusedList)
     kind = .root(priority, overcommit: overcommit)
     sanitizerWidth = UInt16.max
     ownConcurrentState = nil
@@ -313,14 +313,9 @@ public final class Queue: @unchecked Sendable {
         clientBug(
           "queue \"\(label)\" was released while suspended or inactive with work still queued")
       }
-    } else {
-      // The list's first node, never used by a concurrent queue (`freeSerialItems` frees a
-      // serial queue's). Safe: no submitter or drainer is left.
-      NodeCache.give(head.load(ordering: .acquiring))
-      if concurrentState?.withLock({ !$0.pending.isEmpty }) ?? false {
-        clientBug(
-          "queue \"\(label)\" was released while suspended or inactive with work still queued")
-      }
+    } else if concurrentState?.withLock({ !$0.pending.isEmpty }) ?? false {
+      clientBug(
+        "queue \"\(label)\" was released while suspended or inactive with work still queued")
     }
     runFinalizer()
     if let raw = extrasPointer.load(ordering: .acquiring) {
