@@ -80,6 +80,46 @@ import Testing
         #expect(queue.sync { order.value } == Array(0..<7))
       }
 
+      /// A producer parked between the exchange that publishes its node into an empty list and
+      /// the store that makes the node the list's head (a debug hook); a second producer links
+      /// its node behind it and schedules the drain, which must wait for the head, then run
+      /// both items in order. (A drain that took the missing head for an empty list would
+      /// strand both items.)
+      @Test func aDrainerWaitsForTheHeadAProducerIntoAnEmptyListHasNotStored() {
+        let queue = Queue(label: "head-window")
+        // Only touched on `queue`, which runs one item at a time.
+        let order = Shared([Int]())
+        let producer = Atomic<UInt>(0)
+        let claimed = Atomic<Bool>(false)
+        let parked = Latch()
+        let release = Latch()
+        SerialLinkHooks.setPause {
+          guard pthread_self() == producer.load(ordering: .acquiring),
+            claimed.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged
+          else { return }
+          parked.open()
+          _ = release.wait()
+        }
+        defer { SerialLinkHooks.setPause(nil) }
+        let thread = startThread {
+          producer.store(pthread_self(), ordering: .releasing)
+          queue.async { order.value.append(0) }
+        }
+        #expect(parked.wait())
+        let waitsBefore = SerialLinkHooks.linkWaits.load(ordering: .relaxed)
+        queue.async { order.value.append(1) }
+        let deadline = Deadline.now + .seconds(10)
+        while SerialLinkHooks.linkWaits.load(ordering: .relaxed) == waitsBefore
+          && Deadline.now < deadline
+        {
+          sched_yield()
+        }
+        #expect(SerialLinkHooks.linkWaits.load(ordering: .relaxed) > waitsBefore)
+        release.open()
+        pthread_join(thread, nil)
+        #expect(queue.sync { order.value } == [0, 1])
+      }
+
       /// The pause hook, read by every push while set, is the same function at the 500th push
       /// as at the first: it runs at the same stack depth on the pushing thread. (Read
       /// through `withLock { $0 }`, each read wrapped the stored hook in two more thunks, so

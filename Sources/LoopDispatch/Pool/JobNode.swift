@@ -17,14 +17,13 @@ import Synchronization
 /// release store of a local queue's tail, a slot store), then the queue, then the worker or
 /// drainer that took it. Only the owner reads or writes `job`, `work` and `enqueuedAt`;
 /// `next` is atomic because an injection queue's or serial queue's consumer reads it while
-/// the producer that links the next node may still be writing it. A serial queue's node
-/// outlives its item: it stays as the list's head until the next item is taken.
+/// the producer that links the next node may still be writing it.
 struct JobNode: ~Copyable {
   /// The job; nil while the node is free, an injection queue's dummy, or a queue item.
   var job: PoolJob?
   /// A serial queue's item (`Queue+Serial.swift`): nil unless the node is in a serial
-  /// queue's list after its head, where `next` links to the next newer node (written by the
-  /// producer of that node right after its publishing exchange, releasing; 0 until then).
+  /// queue's list, where `next` links to the next newer node (written by the producer of
+  /// that node right after its publishing exchange, releasing; 0 until then).
   var work: QueueWork?
   /// The lane (priority raw value) the job was submitted at, in one byte: it fits in the
   /// padding after `work`, which leaves the node room for `slab` within 88 bytes
@@ -118,8 +117,8 @@ package struct CFunctionCall: @unchecked Sendable {
 ///    is freed once all its nodes are back), so a burst that queued millions of jobs (the
 ///    full-size stress suite's 10M items) does not keep their memory for the process's life.
 ///    What stays: up to `sharedLimit` nodes shared, `spareLimit` per thread, and the chain a
-///    thread borrowed (at most what the shared stack held or a slab's 63), one per live
-///    serial queue (its list's head), and the slabs those nodes lie in (`NodeSlab`, rule 4).
+///    thread borrowed (at most what the shared stack held or a slab's 63), and the slabs
+///    those nodes lie in (`NodeSlab`, rule 4).
 /// 5. A borrowed chain's nodes were last written by the workers that freed them, so each is
 ///    a cache miss for the thread that takes it (on its `next`, then on the job the
 ///    submission overwrites). A submitter that never runs jobs (the main thread) takes every

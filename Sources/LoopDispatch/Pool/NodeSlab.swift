@@ -23,10 +23,9 @@ import Synchronization
 /// 3. Ordering: each party deinitialises its node and then adds to the count (releasing); the
 ///    add that completes the count is also acquiring, so the `free` that follows comes after
 ///    every other party's last access to its node.
-/// 4. What a slab keeps: a slab with one node still in a cache, or still a live serial
-///    queue's head, stays whole. The caches keep a bounded number of nodes (`NodeCache`, rule
-///    4), so at worst that many slabs plus one per live serial queue, 64 times the nodes'
-///    own memory. A burst of fresh slabs comes back in about the order it was
+/// 4. What a slab keeps: a slab with one node still in a cache stays whole. The caches keep
+///    a bounded number of nodes (`NodeCache`, rule 4), so at worst that many slabs, 64 times
+///    the nodes' own memory. A burst of fresh slabs comes back in about the order it was
 ///    taken, a slab's nodes together, so it keeps about the caches' nodes' worth of slabs
 ///    (`NodeSlabTests` counts them after a burst of 524,288 jobs); a burst whose nodes were
 ///    recycled from many slabs keeps more, up to that worst case.

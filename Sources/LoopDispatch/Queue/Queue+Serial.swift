@@ -7,7 +7,7 @@ import Synchronization
 ///
 /// | bits   | name        | meaning                                                        |
 /// | ------ | ----------- | -------------------------------------------------------------- |
-/// | 0      | SCHEDULED   | a drain is queued on the target or running; its holder owns the list's head |
+/// | 0      | SCHEDULED   | a drain is queued on the target or running; its holder takes the items |
 /// | 1      | SYNC_LOCKED | a `sync` caller runs inline on its own thread                  |
 /// | 2      | INACTIVE    | created inactive and not yet activated                         |
 /// | 3      | WIDE        | made wide: items move on to a concurrent back (`Queue+Wide.swift`) |
@@ -17,22 +17,25 @@ import Synchronization
 /// The queue may run an item only when SCHEDULED or SYNC_LOCKED is held, and never both.
 ///
 /// Submission/drain walk-through:
-/// 0. The items form one list, oldest to newest (a multi-producer, single-consumer FIFO):
-///    `head` is a node whose item was taken (or the node made with the queue), each node's
-///    `next` links to the next newer one, and `incoming` is the newest. The queue is empty
-///    when `incoming` is `head`.
+/// 0. The items form one list, oldest to newest (a multi-producer, single-consumer FIFO, the
+///    form libdispatch uses): `head` is the oldest item not yet taken, each node's `next`
+///    links to the next newer one, and `incoming` is the newest. Both are nil when the list
+///    is empty, so an idle queue holds no node; the queue has work exactly while `incoming`
+///    is not nil.
 /// 1. `async` appends a node: it becomes `incoming` (a sequentially consistent exchange),
-///    then the node it displaced links to it (see `serialEnqueue`), then `wakeUp()`
+///    then the node it displaced links to it, or, if the list was empty, it becomes `head`
+///    (see `serialEnqueue`), then `wakeUp()`
 ///    loads the state: if nothing holds the queue and it is neither suspended nor inactive,
 ///    a CAS sets SCHEDULED and the queue hands its drain to its target (or, for a C serial
 ///    queue beside busy neighbours, to an overcommit lane: `drainsOnOvercommitBesideNeighbours`).
-/// 2. The drainer (holding SCHEDULED) follows the links from `head` and runs items one by
-///    one, oldest first: it reads the next link, checks suspension (a suspended queue keeps
-///    the item where it is), then makes that node the head, frees the old head and runs the
-///    item. Each node is reached once, through one link, and the drainer starts fetching
-///    the node after it before it runs the item (the list used to be a stack the drainer
-///    reversed: two walks over nodes that other CPUs wrote, 46% of the drain's samples in
-///    perf beside busy neighbours). After
+/// 2. The drainer (holding SCHEDULED) runs items from `head`, one by one, oldest first: it
+///    loads `head`, checks suspension (a suspended queue keeps the item where it is), then
+///    takes the item: `head` moves to the node's link, or, for the last node, to nil, with
+///    `incoming` swapped back from that node to nil (a compare-and-swap; if a producer got
+///    in first, the drainer waits for its link). Each node is reached once, and the drainer
+///    starts fetching the next node before it runs the item (the list used to be a stack the
+///    drainer reversed: two walks over nodes that other CPUs wrote, 46% of the drain's
+///    samples in perf beside busy neighbours). After
 ///    `drainBudget` items it stops, whatever is queued: with items waiting it re-enqueues
 ///    itself behind others on its target (still holding SCHEDULED) so one busy queue cannot
 ///    monopolise a worker; with none it releases SCHEDULED as in step 3, and if items
@@ -40,7 +43,7 @@ import Synchronization
 ///    yields too (`releaseScheduled(yielding:)`): the budget bounds every drain, not just
 ///    drains that find work at their last item.
 /// 3. Out of work (or suspended), it clears SCHEDULED (sequentially consistent), then
-///    re-checks whether `incoming` is still `head` and calls `wakeUp()` if not. Either a
+///    re-checks `incoming` and calls `wakeUp()` if it is not nil. Either a
 ///    submitter's state load comes after the clear (and it schedules), or the drainer's
 ///    re-check sees its node: nothing is stranded (Dekker's pattern, as in the event loop).
 /// 4. `sync` on an idle queue CASes 0 → SYNC_LOCKED (for each serial queue up its target
@@ -105,8 +108,8 @@ extension Queue {
 
   @inline(__always)
   func serialEnqueue(_ work: QueueWork) {
-    // Safe: the node is ours until the exchange publishes it; a drainer frees it once it has
-    // moved past it (`advance`), or the queue's deinit (`freeSerialItems`).
+    // Safe: the node is ours until the exchange publishes it; the drainer that takes it frees
+    // it (`takeItem`), or the queue's deinit (`freeSerialItems`).
     // A recycled node (`NodeCache`): no allocation in the steady state.
     let node = NodeCache.take()
     node.pointee.work = work
@@ -116,56 +119,61 @@ extension Queue {
     node.pointee.enqueuedAt = stamp
     countSubmission()
     // One exchange, never a retry (several producers do not fail each other's CAS): the node
-    // becomes the newest, then the node it displaced links to it. Between the two stores a
-    // drainer that reached the displaced node waits for the link (`waitForLink`). Relaxed:
-    // the exchange publishes the node's empty link.
+    // becomes the newest, then the node it displaced links to it, or it becomes the head.
+    // Between the two stores a drainer that reached the displaced node, or found the list
+    // empty, waits (`waitForLink`, `waitForHead`). Relaxed: the exchange publishes the
+    // node's empty link.
     node.pointee.next.store(0, ordering: .relaxed)
     let older = incoming.exchange(node, ordering: .sequentiallyConsistent)
     #if DEBUG
       SerialLinkHooks.betweenExchangeAndLink()
     #endif
-    // Releasing: pairs with the drainer's acquiring load of the link (`peekNext`), which
-    // then sees this node's fields and whatever happened before this push. `older` is still
-    // allocated: the drainer frees a node only after it read a link out of it, and this store
-    // is the only one that writes that link (no other push displaced `older`).
-    older.pointee.next.store(node.nodeBits, ordering: .releasing)
+    // Releasing: pairs with the drainer's acquiring loads of the link and of `head`
+    // (`takeItem`, `peekHead`), which then see this node's fields and whatever happened
+    // before this push.
+    if let older {
+      // `older` is still allocated: the drainer frees a node only after it read a link out
+      // of it or swapped `incoming` away from it, and this exchange, which no other push
+      // displaced `older` with, took `incoming` from it.
+      older.pointee.next.store(node.nodeBits, ordering: .releasing)
+    } else {
+      // The list was empty: the drainer that took the last node cleared `head` before it
+      // swapped `incoming` to nil, which this exchange read, so no drainer store can follow.
+      head.store(node, ordering: .releasing)
+    }
     // The stamp, if the item drew one, doubles as the schedule's instant (step 5 (b)).
     wakeUp(submittedAt: stamp)
   }
 
-  /// The list of every global and concurrent queue, which never list items: one node,
-  /// allocated alone (no slab kept alive for it) and never freed or written after this.
-  // nonisolated(unsafe): a pointer is not Sendable; this one is only compared and its link
-  // read (always 0) by the emptiness checks, never written, so sharing it is safe.
-  nonisolated(unsafe) static let unusedList: JobNodePointer = {
-    let node = JobNodePointer.allocate(capacity: 1)
-    node.initialize(to: JobNode())
-    return node
-  }()
-
-  /// The node a serial queue's list starts with (step 0): no item, no link. Each live
-  /// serial queue keeps one node, its head (this one, then the last item's), and with it
-  /// that node's slab (`NodeSlab`, rule 4).
-  static func makeFirstNode() -> JobNodePointer {
-    let node = NodeCache.take()
-    // Safe: a free node, ours until the queue's fields publish it.
-    node.pointee.next.store(0, ordering: .relaxed)
-    return node
-  }
-
-  /// The link out of `last`, the head, waited for: `incoming` is no longer `last`, so a
-  /// producer has exchanged and not yet linked (two instructions apart; longer only if it
-  /// was preempted there, hence the yield).
+  /// The link out of `node` waited for: `incoming` is no longer `node`, so a producer has
+  /// exchanged and not yet linked (two instructions apart; longer only if it was preempted
+  /// there, hence the yield).
   @inline(never)
-  private static func waitForLink(from last: JobNodePointer) -> JobNodePointer {
-    #if DEBUG
-      SerialLinkHooks.linkWaits.wrappingAdd(1, ordering: .relaxed)
-    #endif
+  private static func waitForLink(from node: JobNodePointer) -> JobNodePointer {
     var spins = 0
     while true {
       // Acquiring: pairs with the producer's releasing link store.
-      let raw = last.pointee.next.load(ordering: .acquiring)
+      let raw = node.pointee.next.load(ordering: .acquiring)
       if raw != 0 { return JobNodePointer(nodeBits: raw) }
+      #if DEBUG
+        if spins == 0 { SerialLinkHooks.linkWaits.wrappingAdd(1, ordering: .relaxed) }
+      #endif
+      spins += 1
+      if spins > 64 { sched_yield() }
+    }
+  }
+
+  /// `head` waited for: `incoming` is not nil, so a producer that found the list empty has
+  /// exchanged and not yet stored its node there (as in `waitForLink`).
+  @inline(never)
+  private func waitForHead() -> JobNodePointer {
+    var spins = 0
+    while true {
+      // Acquiring: pairs with the producer's releasing store.
+      if let node = head.load(ordering: .acquiring) { return node }
+      #if DEBUG
+        if spins == 0 { SerialLinkHooks.linkWaits.wrappingAdd(1, ordering: .relaxed) }
+      #endif
       spins += 1
       if spins > 64 { sched_yield() }
     }
@@ -228,20 +236,18 @@ extension Queue {
     return root
   }
 
-  /// Whether an item is queued (step 0: `incoming` is not `head`), pushed or still being
+  /// Whether an item is queued (step 0: `incoming` is not nil), pushed or still being
   /// linked. Sequentially consistent: step 3's and `releaseSyncLock`'s re-checks.
   var serialHasPendingItems: Bool {
-    incoming.load(ordering: .sequentiallyConsistent)
-      != head.load(ordering: .sequentiallyConsistent)
+    incoming.load(ordering: .sequentiallyConsistent) != nil
   }
 
   /// Whether the queue looked empty: a hint for `sync`'s fast paths, read by any thread.
-  /// Relaxed, and the two loads are not one instant: a `true` may miss a push that is not
-  /// ordered before the call. Harmless: the state CAS and the release-side re-check decide
-  /// (`trySyncLock`).
+  /// Relaxed: it may miss a push that is not ordered before the call. Harmless: the state
+  /// CAS and the release-side re-check decide (`trySyncLock`).
   @inline(__always)
   var serialLooksEmpty: Bool {
-    incoming.load(ordering: .relaxed) == head.load(ordering: .relaxed)
+    incoming.load(ordering: .relaxed) == nil
   }
 
   // MARK: Draining
@@ -253,33 +259,30 @@ extension Queue {
       var ran = 0
       var yielded = false
       while true {
-        guard let node = peekNext() else { break }
+        guard let node = peekHead() else { break }
         #if DEBUG
           SerialDrainHooks.afterTake(of: self)
         #endif
         // Seen first, then checked: an item pushed after a `suspend()` returned is seen only
-        // through its link, read acquiring after the push, so this load (sequentially
-        // consistent, like the suspend's add) sees the suspension, and the item stays where it
-        // is. (Checked before the link is read, a suspend and a push could both land between
-        // the check and the read, and the new item ran while its queue was suspended:
-        // SuspendStorm saw it once.)
+        // through a releasing store its producer made after the push (the link, or `head`),
+        // read acquiring, so this load (sequentially consistent, like the suspend's add) sees
+        // the suspension, and the item stays where it is. (Checked before the item is seen, a
+        // suspend and a push could both land between the check and the read, and the new item
+        // ran while its queue was suspended: SuspendStorm saw it once.)
         let now = state.load(ordering: .sequentiallyConsistent)
         if now & (SerialState.suspendMask | SerialState.inactive) != 0 { break }
-        advance(to: node)
-        // Safe: the node is the head now, ours; its work moves out once.
+        let following = takeItem(node)
+        // Safe: the node is out of the list, ours; its work moves out once, then the node
+        // goes back to this thread's cache.
         let work = node.pointee.work.take()!
         // Step 5: the item's stamp, or for the drain's first item the schedule's instant.
         var enqueuedAt = node.pointee.enqueuedAt
         if enqueuedAt == 0 && ran == 0 { enqueuedAt = drainScheduledAt.load(ordering: .relaxed) }
+        NodeCache.give(node)
         // Step 2: start fetching the next item's node (written on another CPU) while this
-        // one runs. Relaxed: only a hint; `peekNext` reads the link again, acquiring.
-        let following = node.pointee.next.load(ordering: .relaxed)
-        // Safe: a hint, not an access (it never faults and writes nothing); a linked node
-        // after the head is allocated until a drain moves past it.
-        if following != 0 {
-          cls_prefetch_for_write(
-            UnsafeRawPointer(bitPattern: following), MemoryLayout<JobNode>.size)
-        }
+        // one runs. Safe: a hint, not an access (it never faults and writes nothing), of a
+        // node in the list, which only this drain frees.
+        if let following { cls_prefetch_for_write(following, MemoryLayout<JobNode>.size) }
         if now & SerialState.wide != 0 {
           // Wide (`Queue+Wide.swift`, step 3): on to the back, in order; counted there.
           concurrentAccept(work, enqueuedAt: enqueuedAt)
@@ -288,7 +291,7 @@ extension Queue {
           // linked; the others time the items that carry a stamp.
           let timed =
             kind == .main
-            ? ran & (mainStartStampPeriod - 1) == 0 || following == 0
+            ? ran & (mainStartStampPeriod - 1) == 0 || following == nil
             : enqueuedAt != 0
           if timed { recordStartExclusive(enqueuedAt: enqueuedAt) }
           if kind == .main && MainStallWatchdog.isEnabled {
@@ -321,34 +324,52 @@ extension Queue {
     if kind == .serial && namesThreads { ThreadName.showEnclosingQueue() }
   }
 
-  /// The oldest item waiting (the node `head` links to), not taken; nil when none is.
-  /// Only the SCHEDULED holder calls this.
+  /// The oldest item (`head`), not taken; nil when the list is empty. Only the SCHEDULED
+  /// holder calls this.
   @inline(__always)
-  private func peekNext() -> JobNodePointer? {
-    let last = head.load(ordering: .relaxed)
-    // Acquiring: pairs with the producer's releasing link store, so its node's fields and
-    // everything before its push (a `suspend()` that returned) are visible.
-    let raw = last.pointee.next.load(ordering: .acquiring)
-    if raw != 0 { return JobNodePointer(nodeBits: raw) }
-    // No link yet: empty, or a producer between its exchange and its link.
-    if incoming.load(ordering: .sequentiallyConsistent) == last { return nil }
-    return Queue.waitForLink(from: last)
+  private func peekHead() -> JobNodePointer? {
+    // Acquiring: pairs with a producer's releasing store when it found the list empty (the
+    // drainer's own stores came through the hand-off of SCHEDULED).
+    if let node = head.load(ordering: .acquiring) { return node }
+    // Empty, or a producer that found it empty is between its exchange and its store.
+    if incoming.load(ordering: .sequentiallyConsistent) == nil { return nil }
+    return waitForHead()
   }
 
-  /// Makes `node`, just returned by `peekNext`, the head, and frees the old head: its link
-  /// was written (`node` came through it), so no producer touches it again. Only the
-  /// SCHEDULED holder calls this.
+  /// Takes `node`, the head just returned by `peekHead`, out of the list: `head` moves to
+  /// its link, or, when it is the newest, to nil, with `incoming` swapped back to nil.
+  /// Afterwards no producer touches `node`. Returns the new head. Only the SCHEDULED holder
+  /// calls this.
   @inline(__always)
-  private func advance(to node: JobNodePointer) {
-    let last = head.load(ordering: .relaxed)
-    // Relaxed: the next drainer gets it through the hand-off of SCHEDULED. Other threads
-    // only compare it with `incoming` (`serialHasPendingItems`, `serialLooksEmpty`), where a
-    // stale head reads as "pending", not "empty": `incoming` equals a former head only after
-    // that node was freed here, recycled through the node caches and pushed again by an
-    // exchange; a sequentially consistent load of `incoming` that reads that exchange
-    // acquires this store, so the head loaded after it is this one or newer.
-    head.store(node, ordering: .relaxed)
-    NodeCache.give(last)
+  private func takeItem(_ node: JobNodePointer) -> JobNodePointer? {
+    // Acquiring: pairs with the releasing link store of the next node's producer.
+    let raw = node.pointee.next.load(ordering: .acquiring)
+    if raw != 0 {
+      let following = JobNodePointer(nodeBits: raw)
+      // Relaxed: the next drainer gets `head` through the hand-off of SCHEDULED.
+      head.store(following, ordering: .relaxed)
+      return following
+    }
+    return takeNewestSlow(node)
+  }
+
+  /// `takeItem` of the newest node known: the list becomes empty, unless a producer
+  /// exchanged in the meantime, whose link then follows.
+  @inline(never)
+  private func takeNewestSlow(_ node: JobNodePointer) -> JobNodePointer? {
+    // Cleared first: a producer whose exchange reads the nil below stores its node here,
+    // and that store must come after this one. The CAS (releasing) orders them.
+    head.store(nil, ordering: .relaxed)
+    if incoming.compareExchange(expected: node, desired: nil, ordering: .sequentiallyConsistent)
+      .exchanged
+    {
+      return nil
+    }
+    // A producer displaced `node`: its link is written next, and only this drainer stores
+    // `head` until the list is empty again.
+    let following = Queue.waitForLink(from: node)
+    head.store(following, ordering: .relaxed)
+    return following
   }
 
   /// Step 3. `yielding`: the drain used up its budget, so work found by the re-check goes
@@ -359,11 +380,10 @@ extension Queue {
     if serialHasPendingItems { wakeUp(yielding: yielding) }
   }
 
-  /// Frees the list of a queue that is being deallocated (its head and any items left),
-  /// without running the items.
+  /// Frees the items left in a queue that is being deallocated, without running them.
   func freeSerialItems() {
     // No producer is left (each held the queue), so every link is written.
-    var node: JobNodePointer? = head.load(ordering: .acquiring)
+    var node = head.load(ordering: .acquiring)
     while let current = node {
       node = JobNodePointer(bitPattern: current.pointee.next.load(ordering: .acquiring))
       current.pointee.work = nil

@@ -13,7 +13,7 @@ import Synchronization
     /// Protected by: its lock. Called by every producer between its exchange and its link
     /// store while armed.
     private static let pause = LockedValue<(@Sendable () -> Void)?>(nil)
-    /// Drainers that found a node not yet linked.
+    /// Drainers that found a node not yet linked (or an empty list's new head not yet stored).
     package static let linkWaits = Atomic<Int>(0)
 
     /// Installs (or, with nil, removes) the hook producers call in the window.

@@ -12,7 +12,7 @@ import Synchronization
 /// Thread-safety: every method may be called from any thread.
 public final class Queue: @unchecked Sendable {
   // @unchecked Sendable: the serial state is atomic (see `Queue+Serial.swift`), the
-  // concurrent state is behind a mutex, the item list's head belongs to the thread that
+  // concurrent state is behind a mutex, the item list is taken from only by the thread that
   // holds the SCHEDULED bit, and the rest is immutable or behind a mutex.
 
   /// Options for creating a queue.
@@ -80,8 +80,8 @@ public final class Queue: @unchecked Sendable {
   /// - `state`: read by every submission (`wakeUp`) and by the drainer before each item
   ///   (the suspension check), written only when the queue is scheduled, released,
   ///   suspended or locked by `sync` (not per item while a drain runs);
-  /// - `incoming`: exchanged by every submission, loaded by the drainer when the head has no
-  ///   link (with `concurrentWord`, a concurrent queue's equivalent);
+  /// - `incoming`: exchanged by every submission, swapped back to nil by the drainer that
+  ///   takes the last item (with `concurrentWord`, a concurrent queue's equivalent);
   /// - `head`: written per item by the drainer alone.
   /// With all of them on one line, four threads feeding one serial queue made the drainer
   /// miss the cache on `state` and on its list after every producer's exchange (perf: a
@@ -98,20 +98,19 @@ public final class Queue: @unchecked Sendable {
   /// publishes it.
   let drainScheduledAt = Atomic<UInt64>(0)
   private let serialPadState = CacheLinePad()
-  /// Atomic. The newest node of the item list (its tail, `Queue+Serial.swift`): exchanged by
-  /// every submission. The list's first node (see `head`) until the first submission.
-  let incoming: Atomic<JobNodePointer>
+  /// Atomic. The newest node of the item list (its tail, `Queue+Serial.swift`), nil when the
+  /// list is empty: exchanged by every submission.
+  let incoming = Atomic<JobNodePointer?>(nil)
   /// Atomic. A custom concurrent queue's state word (`ConcurrentWord.swift`); 0 otherwise.
   /// On `incoming`'s line: each is the word every submission and completion of its kind of
   /// queue writes, and a queue uses one of them (a serial queue made wide uses both, its
   /// front's and its back's), so the word gets a line of its own without another pad.
   let concurrentWord = Atomic<UInt64>(0)
   private let serialPadIncoming = CacheLinePad()
-  /// Atomic. The oldest node of the item list (its head, `Queue+Serial.swift`): the node
-  /// whose item the drainer took last, or the node made with the queue. It carries no item;
-  /// its `next` is the oldest item waiting (0: none linked yet). Written only by the thread
-  /// holding SCHEDULED (per item); read for emptiness by anyone, hence atomic.
-  let head: Atomic<JobNodePointer>
+  /// Atomic. The oldest item not yet taken (the list's head, `Queue+Serial.swift`), or nil.
+  /// Written by the thread holding SCHEDULED (per item), and by a submission that found the
+  /// list empty.
+  let head = Atomic<JobNodePointer?>(nil)
   /// The other side of the head (see `serialPadKind`). Never read.
   private let serialPadHead = CacheLinePad()
 
@@ -232,10 +231,6 @@ public final class Queue: @unchecked Sendable {
   ) {
     self.label = label
     kernelName = KernelName(label)
-    // A concurrent queue never lists items (`Queue+Serial.swift`): it shares one node.
-    let first = attributes.contains(.concurrent) ? Queue.unusedList : Queue.makeFirstNode()
-    incoming = Atomic(first)
-    head = Atomic(first)
     if attributes.contains(.concurrent) {
       kind = .concurrent
       if let width, width < 1 {
@@ -268,8 +263,6 @@ public final class Queue: @unchecked Sendable {
   private init(rootLabel: String, priority: Priority, overcommit: Bool) {
     label = rootLabel
     kernelName = .none
-    incoming = Atomic(Queue.unusedList)
-    head = Atomic(Queue.unusedList)
     kind = .root(priority, overcommit: overcommit)
     sanitizerWidth = UInt16.max
     ownConcurrentState = nil
@@ -284,9 +277,6 @@ public final class Queue: @unchecked Sendable {
   private init(mainQueueLabel: String) {
     label = mainQueueLabel
     kernelName = .none
-    let first = Queue.makeFirstNode()
-    incoming = Atomic(first)
-    head = Atomic(first)
     kind = .main
     ownConcurrentState = nil
     firstTarget = nil
