@@ -66,15 +66,13 @@ import Testing
         }
         #expect(parked.wait())
         for item in 4..<7 { queue.async { order.value.append(item) } }
-        let waitsBefore = SerialLinkHooks.linkWaits.load(ordering: .relaxed)
-        queue.resume()
-        let deadline = Deadline.now + .seconds(10)
-        while SerialLinkHooks.linkWaits.load(ordering: .relaxed) == waitsBefore
-          && Deadline.now < deadline
-        {
-          sched_yield()
+        let waited = Latch()
+        SerialLinkHooks.setWaitObserver { drained, kind in
+          if drained === queue && kind == .link { waited.open() }
         }
-        #expect(SerialLinkHooks.linkWaits.load(ordering: .relaxed) > waitsBefore)
+        defer { SerialLinkHooks.setWaitObserver(nil) }
+        queue.resume()
+        #expect(waited.wait(seconds: 10))
         release.open()
         pthread_join(thread, nil)
         #expect(queue.sync { order.value } == Array(0..<7))
@@ -84,7 +82,7 @@ import Testing
       /// the store that makes the node the list's head (a debug hook); a second producer links
       /// its node behind it and schedules the drain, which must wait for the head, then run
       /// both items in order. (A drain that took the missing head for an empty list would
-      /// strand both items.)
+      /// stop, be rescheduled by its own re-check, and spin so until the head appeared.)
       @Test func aDrainerWaitsForTheHeadAProducerIntoAnEmptyListHasNotStored() {
         let queue = Queue(label: "head-window")
         // Only touched on `queue`, which runs one item at a time.
@@ -106,15 +104,13 @@ import Testing
           queue.async { order.value.append(0) }
         }
         #expect(parked.wait())
-        let waitsBefore = SerialLinkHooks.linkWaits.load(ordering: .relaxed)
-        queue.async { order.value.append(1) }
-        let deadline = Deadline.now + .seconds(10)
-        while SerialLinkHooks.linkWaits.load(ordering: .relaxed) == waitsBefore
-          && Deadline.now < deadline
-        {
-          sched_yield()
+        let waited = Latch()
+        SerialLinkHooks.setWaitObserver { drained, kind in
+          if drained === queue && kind == .head { waited.open() }
         }
-        #expect(SerialLinkHooks.linkWaits.load(ordering: .relaxed) > waitsBefore)
+        defer { SerialLinkHooks.setWaitObserver(nil) }
+        queue.async { order.value.append(1) }
+        #expect(waited.wait(seconds: 10))
         release.open()
         pthread_join(thread, nil)
         #expect(queue.sync { order.value } == [0, 1])

@@ -20,8 +20,8 @@ import Synchronization
 /// 0. The items form one list, oldest to newest (a multi-producer, single-consumer FIFO, the
 ///    form libdispatch uses): `head` is the oldest item not yet taken, each node's `next`
 ///    links to the next newer one, and `incoming` is the newest. Both are nil when the list
-///    is empty, so an idle queue holds no node; the queue has work exactly while `incoming`
-///    is not nil.
+///    is empty, so an idle queue holds no node; the queue has items queued exactly while
+///    `incoming` is not nil.
 /// 1. `async` appends a node: it becomes `incoming` (a sequentially consistent exchange),
 ///    then the node it displaced links to it, or, if the list was empty, it becomes `head`
 ///    (see `serialEnqueue`), then `wakeUp()`
@@ -126,7 +126,7 @@ extension Queue {
     node.pointee.next.store(0, ordering: .relaxed)
     let older = incoming.exchange(node, ordering: .sequentiallyConsistent)
     #if DEBUG
-      SerialLinkHooks.betweenExchangeAndLink()
+      SerialLinkHooks.betweenExchangeAndStore()
     #endif
     // Releasing: pairs with the drainer's acquiring loads of the link and of `head`
     // (`takeItem`, `peekHead`), which then see this node's fields and whatever happened
@@ -137,8 +137,10 @@ extension Queue {
       // displaced `older` with, took `incoming` from it.
       older.pointee.next.store(node.nodeBits, ordering: .releasing)
     } else {
-      // The list was empty: the drainer that took the last node cleared `head` before it
-      // swapped `incoming` to nil, which this exchange read, so no drainer store can follow.
+      // The list was empty: `incoming` was nil initially or made so by the drainer that took
+      // the last node, after it cleared `head`; this exchange read that nil, so the clearing
+      // comes before this store, and the drainer stores `head` again only after it read
+      // this one (`peekHead`).
       head.store(node, ordering: .releasing)
     }
     // The stamp, if the item drew one, doubles as the schedule's instant (step 5 (b)).
@@ -149,14 +151,14 @@ extension Queue {
   /// exchanged and not yet linked (two instructions apart; longer only if it was preempted
   /// there, hence the yield).
   @inline(never)
-  private static func waitForLink(from node: JobNodePointer) -> JobNodePointer {
+  private func waitForLink(from node: JobNodePointer) -> JobNodePointer {
     var spins = 0
     while true {
       // Acquiring: pairs with the producer's releasing link store.
       let raw = node.pointee.next.load(ordering: .acquiring)
       if raw != 0 { return JobNodePointer(nodeBits: raw) }
       #if DEBUG
-        if spins == 0 { SerialLinkHooks.linkWaits.wrappingAdd(1, ordering: .relaxed) }
+        if spins == 0 { SerialLinkHooks.drainerWaits(self, for: .link) }
       #endif
       spins += 1
       if spins > 64 { sched_yield() }
@@ -172,7 +174,7 @@ extension Queue {
       // Acquiring: pairs with the producer's releasing store.
       if let node = head.load(ordering: .acquiring) { return node }
       #if DEBUG
-        if spins == 0 { SerialLinkHooks.linkWaits.wrappingAdd(1, ordering: .relaxed) }
+        if spins == 0 { SerialLinkHooks.drainerWaits(self, for: .head) }
       #endif
       spins += 1
       if spins > 64 { sched_yield() }
@@ -303,7 +305,7 @@ extension Queue {
         }
         ran += 1
         // Step 2's bound. Checked as `>=` and followed by a break either way: a queue empty
-        // at this check may be refilled before the next `peekNext`, and a drain that went on
+        // at this check may be refilled before the next `peekHead`, and a drain that went on
         // would never meet the budget again.
         let budgetUsed = ran >= drainBudget
         if budgetUsed && serialHasPendingItems {
@@ -367,7 +369,7 @@ extension Queue {
     }
     // A producer displaced `node`: its link is written next, and only this drainer stores
     // `head` until the list is empty again.
-    let following = Queue.waitForLink(from: node)
+    let following = waitForLink(from: node)
     head.store(following, ordering: .relaxed)
     return following
   }
@@ -468,7 +470,7 @@ extension Queue {
     guard serialLooksEmpty else { return false }
     // Acquiring: taking the lock must see everything the previous holder (a drainer clearing
     // SCHEDULED, a `sync` clearing SYNC_LOCKED, both with a sequentially consistent RMW)
-    // did while it held the queue: its counter stores, the head it moved. No stronger
+    // did while it held the queue: its counter stores. No stronger
     // order is needed on the way in: the lock-out of submitters is argued entirely on the
     // release side (`releaseSyncLock`). (On x86 every CAS is the same `lock cmpxchg`.)
     return state.compareExchange(
@@ -481,16 +483,16 @@ extension Queue {
   /// Why nothing submitted meanwhile is stranded (Dekker's pattern, as for SCHEDULED in
   /// step 3 above): a submitter appends its node to `incoming` (a sequentially consistent
   /// exchange), then `wakeUp` loads the state (sequentially consistent); this thread
-  /// subtracts SYNC_LOCKED (a sequentially consistent RMW), then loads `incoming` and `head`
+  /// subtracts SYNC_LOCKED (a sequentially consistent RMW), then loads `incoming`
   /// (sequentially consistent). In the single total order of those operations, either the
   /// submitter's state load comes after the subtract, and it finds the queue free and
-  /// schedules it, or it comes before, and then so does its push: the load of `incoming`
-  /// sees that node or a newer one, which is not `head` unless a drain already took it.
-  /// (Items behind `head`: a drainer stopped by `suspend` left them there; a `resume` whose
-  /// `wakeUp` found this lock held relies on the same check.)
+  /// schedules it, or it comes before, and then so does its push: the load sees that node
+  /// or a later value, which is nil only after a drainer's compare-and-swap took the last
+  /// item. (Items left in the list: a drainer stopped by `suspend` left them there; a
+  /// `resume` whose `wakeUp` found this lock held relies on the same check.)
   ///
   /// One atomic RMW: the subtract (`lock sub` on x86; an exchange cannot be used, since
-  /// `suspend` may add to the word meanwhile). The loads after it are L1 hits behind a
+  /// `suspend` may add to the word meanwhile). The load after it is an L1 hit behind a
   /// locked instruction; folding the check into the RMW's old value (a PENDING bit that
   /// submitters set when they find SYNC_LOCKED) measured no faster on x86, so the simpler
   /// protocol stays.

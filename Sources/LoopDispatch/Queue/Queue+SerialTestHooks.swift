@@ -5,16 +5,39 @@ import Synchronization
 // force its rare interleavings instead of hoping the scheduler finds them.
 
 #if DEBUG
+  /// What a drainer waited for (`SerialLinkHooks.setWaitObserver`).
+  package enum SerialListWait: Sendable {
+    /// The link out of the newest node it knew (`waitForLink`).
+    case link
+    /// The head of a list a producer found empty (`waitForHead`).
+    case head
+  }
+
   /// Test hooks of the exchange-based push (debug builds only): a test parks a producer
-  /// between its exchange and its link store, and sees a drainer wait there.
+  /// between its exchange and its second store (the link into the node it displaced, or the
+  /// head of an empty list), and sees a drainer of that queue wait there.
   package enum SerialLinkHooks {
     /// Whether `pause` is set (checked first, so an unarmed push takes no lock).
     private static let armed = Atomic<Bool>(false)
-    /// Protected by: its lock. Called by every producer between its exchange and its link
+    /// Protected by: its lock. Called by every producer between its exchange and its second
     /// store while armed.
     private static let pause = LockedValue<(@Sendable () -> Void)?>(nil)
-    /// Drainers that found a node not yet linked (or an empty list's new head not yet stored).
-    package static let linkWaits = Atomic<Int>(0)
+    /// Whether `observer` is set (checked first, so an unarmed wait takes no lock).
+    private static let waitArmed = Atomic<Bool>(false)
+    /// Protected by: its lock. Called by every drainer that starts to wait, with its queue.
+    private static let observer = LockedValue<(@Sendable (Queue, SerialListWait) -> Void)?>(nil)
+
+    /// Installs (or, with nil, removes) the hook drainers call when they start to wait.
+    package static func setWaitObserver(_ hook: (@Sendable (Queue, SerialListWait) -> Void)?) {
+      observer.withLock { $0 = hook }
+      waitArmed.store(hook != nil, ordering: .sequentiallyConsistent)
+    }
+
+    @inline(__always)
+    static func drainerWaits(_ queue: Queue, for kind: SerialListWait) {
+      guard waitArmed.load(ordering: .relaxed), let hook = observer.load() else { return }
+      hook(queue, kind)
+    }
 
     /// Installs (or, with nil, removes) the hook producers call in the window.
     package static func setPause(_ hook: (@Sendable () -> Void)?) {
@@ -23,7 +46,7 @@ import Synchronization
     }
 
     @inline(__always)
-    static func betweenExchangeAndLink() {
+    static func betweenExchangeAndStore() {
       guard armed.load(ordering: .relaxed), let hook = pause.load() else { return }
       hook()
     }

@@ -82,7 +82,8 @@ public final class Queue: @unchecked Sendable {
   ///   suspended or locked by `sync` (not per item while a drain runs);
   /// - `incoming`: exchanged by every submission, swapped back to nil by the drainer that
   ///   takes the last item (with `concurrentWord`, a concurrent queue's equivalent);
-  /// - `head`: written per item by the drainer alone.
+  /// - `head`: written per item by the drainer, and by a submission into an empty list
+  ///   (the drainer also swaps `incoming` back to nil when it takes the last item).
   /// With all of them on one line, four threads feeding one serial queue made the drainer
   /// miss the cache on `state` and on its list after every producer's exchange (perf: a
   /// third of the drain's samples on those two), and each producer miss on `kind`. Each pad
