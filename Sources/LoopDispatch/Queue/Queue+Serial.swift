@@ -361,6 +361,8 @@ extension Queue {
   private func takeNewestSlow(_ node: JobNodePointer) -> JobNodePointer? {
     // Cleared first: a producer whose exchange reads the nil below stores its node here,
     // and that store must come after this one. The CAS (releasing) orders them.
+    // (`SerialListModelTests` explores the list under x86's memory model; with this store
+    // after the CAS, a push into the list the CAS emptied loses its node there.)
     head.store(nil, ordering: .relaxed)
     if incoming.compareExchange(expected: node, desired: nil, ordering: .sequentiallyConsistent)
       .exchanged
