@@ -48,23 +48,8 @@ import Testing
         let order = Shared([Int]())
         queue.suspend()
         for item in 0..<3 { queue.async { order.value.append(item) } }
-        let producer = Atomic<UInt>(0)
-        let claimed = Atomic<Bool>(false)
-        let parked = Latch()
-        let release = Latch()
-        SerialLinkHooks.setPause {
-          guard pthread_self() == producer.load(ordering: .acquiring),
-            claimed.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged
-          else { return }
-          parked.open()
-          _ = release.wait()
-        }
         defer { SerialLinkHooks.setPause(nil) }
-        let thread = startThread {
-          producer.store(pthread_self(), ordering: .releasing)
-          queue.async { order.value.append(3) }
-        }
-        #expect(parked.wait())
+        let (thread, release) = startParkedPush { queue.async { order.value.append(3) } }
         for item in 4..<7 { queue.async { order.value.append(item) } }
         let waited = Latch()
         SerialLinkHooks.setWaitObserver { drained, kind in
@@ -87,6 +72,26 @@ import Testing
         let queue = Queue(label: "head-window")
         // Only touched on `queue`, which runs one item at a time.
         let order = Shared([Int]())
+        defer { SerialLinkHooks.setPause(nil) }
+        let (thread, release) = startParkedPush { queue.async { order.value.append(0) } }
+        let waited = Latch()
+        SerialLinkHooks.setWaitObserver { drained, kind in
+          if drained === queue && kind == .head { waited.open() }
+        }
+        defer { SerialLinkHooks.setWaitObserver(nil) }
+        queue.async { order.value.append(1) }
+        #expect(waited.wait(seconds: 10))
+        release.open()
+        pthread_join(thread, nil)
+        #expect(queue.sync { order.value } == [0, 1])
+      }
+
+      /// Starts a thread whose push (`push`) the pause hook parks between its exchange and its
+      /// second store (the link or the head); returns once it is parked, with the thread and
+      /// the latch that releases it. The caller removes the hook and joins the thread.
+      private func startParkedPush(
+        _ push: @escaping @Sendable () -> Void
+      ) -> (pthread_t, Latch) {
         let producer = Atomic<UInt>(0)
         let claimed = Atomic<Bool>(false)
         let parked = Latch()
@@ -98,22 +103,12 @@ import Testing
           parked.open()
           _ = release.wait()
         }
-        defer { SerialLinkHooks.setPause(nil) }
         let thread = startThread {
           producer.store(pthread_self(), ordering: .releasing)
-          queue.async { order.value.append(0) }
+          push()
         }
         #expect(parked.wait())
-        let waited = Latch()
-        SerialLinkHooks.setWaitObserver { drained, kind in
-          if drained === queue && kind == .head { waited.open() }
-        }
-        defer { SerialLinkHooks.setWaitObserver(nil) }
-        queue.async { order.value.append(1) }
-        #expect(waited.wait(seconds: 10))
-        release.open()
-        pthread_join(thread, nil)
-        #expect(queue.sync { order.value } == [0, 1])
+        return (thread, release)
       }
 
       /// The pause hook, read by every push while set, is the same function at the 500th push
