@@ -96,6 +96,15 @@ enum SerialState {
   static let blocking: UInt64 = scheduled | syncLocked | inactive | suspendMask
 }
 
+/// What a drainer waits for between a producer's two stores (step 1), named for the debug
+/// observer (`SerialLinkHooks.setWaitObserver`).
+package enum SerialListWait: Sendable {
+  /// The link out of the newest node it knew (`waitForLink`).
+  case link
+  /// The head of a list a producer found empty (`waitForHead`).
+  case head
+}
+
 /// Items a drainer runs before yielding its worker to other queues.
 let drainBudget = 128
 
@@ -148,33 +157,34 @@ extension Queue {
   }
 
   /// The link out of `node` waited for: `incoming` is no longer `node`, so a producer has
-  /// exchanged and not yet linked (two instructions apart; longer only if it was preempted
-  /// there, hence the yield).
+  /// exchanged and not yet linked.
   @inline(never)
   private func waitForLink(from node: JobNodePointer) -> JobNodePointer {
-    var spins = 0
-    while true {
-      // Acquiring: pairs with the producer's releasing link store.
-      let raw = node.pointee.next.load(ordering: .acquiring)
-      if raw != 0 { return JobNodePointer(nodeBits: raw) }
-      #if DEBUG
-        if spins == 0 { SerialLinkHooks.drainerWaits(self, for: .link) }
-      #endif
-      spins += 1
-      if spins > 64 { sched_yield() }
+    // Acquiring: pairs with the producer's releasing link store.
+    waitForSecondStore(.link) {
+      JobNodePointer(bitPattern: node.pointee.next.load(ordering: .acquiring))
     }
   }
 
   /// `head` waited for: `incoming` is not nil, so a producer that found the list empty has
-  /// exchanged and not yet stored its node there (as in `waitForLink`).
+  /// exchanged and not yet stored its node there.
   @inline(never)
   private func waitForHead() -> JobNodePointer {
+    // Acquiring: pairs with the producer's releasing store.
+    waitForSecondStore(.head) { head.load(ordering: .acquiring) }
+  }
+
+  /// Polls `load` until a producer's second store (step 1: the link or the head) appears.
+  /// The two stores are two instructions apart; longer only if the producer was preempted
+  /// between them, hence the yield.
+  private func waitForSecondStore(
+    _ kind: SerialListWait, _ load: () -> JobNodePointer?
+  ) -> JobNodePointer {
     var spins = 0
     while true {
-      // Acquiring: pairs with the producer's releasing store.
-      if let node = head.load(ordering: .acquiring) { return node }
+      if let node = load() { return node }
       #if DEBUG
-        if spins == 0 { SerialLinkHooks.drainerWaits(self, for: .head) }
+        if spins == 0 { SerialLinkHooks.drainerWaits(self, for: kind) }
       #endif
       spins += 1
       if spins > 64 { sched_yield() }

@@ -5,14 +5,6 @@ import Synchronization
 // force its rare interleavings instead of hoping the scheduler finds them.
 
 #if DEBUG
-  /// What a drainer waited for (`SerialLinkHooks.setWaitObserver`).
-  package enum SerialListWait: Sendable {
-    /// The link out of the newest node it knew (`waitForLink`).
-    case link
-    /// The head of a list a producer found empty (`waitForHead`).
-    case head
-  }
-
   /// Test hooks of the exchange-based push (debug builds only): a test parks a producer
   /// between its exchange and its second store (the link into the node it displaced, or the
   /// head of an empty list), and sees a drainer of that queue wait there.
