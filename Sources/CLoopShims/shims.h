@@ -51,6 +51,25 @@ static inline void cls_prefetch_for_write(const void *address, long bytes) {
   __builtin_prefetch((const char *)address + bytes - 1, 1, 3);
 }
 
+/// A compiler-only barrier: no load or store (atomic or not) is moved across it by the
+/// compiler; the CPU is not told anything. For the biased `sync` (Queue+SyncBias.swift), whose
+/// store-then-load needs only the compiler's order, the CPU's being given by the revoker's
+/// `membarrier`.
+static inline void cls_compiler_barrier(void) { __asm__ __volatile__("" ::: "memory"); }
+
+/// `membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED)`: 0 once the process may use the
+/// expedited barrier below, -1 where the kernel lacks it (or a seccomp filter refuses it).
+static inline int cls_membarrier_register(void) {
+  // 1 << 4 and 1 << 3: <linux/membarrier.h>'s REGISTER_PRIVATE_EXPEDITED and
+  // PRIVATE_EXPEDITED (Linux 4.14), written out so old headers still build.
+  return (int)syscall(SYS_membarrier, 1 << 4, 0, 0);
+}
+
+/// `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`: when it returns, every other thread of
+/// the process that was running has executed a full memory barrier (an interrupt on its
+/// CPU), and every one that was not will, before it runs again. 0, or -1 with errno.
+static inline int cls_membarrier(void) { return (int)syscall(SYS_membarrier, 1 << 3, 0, 0); }
+
 /// A cheap, monotonic per-machine cycle counter for measuring short intervals (x86 TSC,
 /// arm64 virtual counter); its rate is calibrated against CLOCK_MONOTONIC by the caller.
 /// Elsewhere it is CLOCK_MONOTONIC in nanoseconds.

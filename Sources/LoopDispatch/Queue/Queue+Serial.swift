@@ -90,6 +90,14 @@ enum SerialState {
   /// `setWidth` was called (set at the call, before WIDE): handlers that must run in order
   /// (an I/O channel's) no longer rely on this queue's order. Never cleared; not blocking.
   static let widthRequested: UInt64 = 1 << 4
+  /// The queue's `sync` lock is biased to one thread (`Queue+SyncBias.swift`); set only
+  /// together with SYNC_LOCKED, which stays set for the bias's life.
+  static let biased: UInt64 = 1 << 5
+  /// A revocation of the bias is under way (`Queue+SyncBias.swift`, step 3).
+  static let revoking: UInt64 = 1 << 6
+  /// What the bias owner's `sync` checks: exactly BIASED among these, or it steps aside.
+  static let biasCheckMask: UInt64 =
+    biased | revoking | inactive | wide | widthRequested | suspendMask
   static let suspendOne: UInt64 = 1 << 8
   static let suspendMask: UInt64 = 0xFFFF_FFFF << 8
   /// Any of these stops the queue from being scheduled.
@@ -214,6 +222,11 @@ extension Queue {
         return
       }
       current = original
+    }
+    // Held under a bias: nobody will release it unless this submission ends the bias
+    // (`Queue+SyncBias.swift`, step 3).
+    if current & SerialState.biased != 0 {
+      revokeBias(yielding: yielding, submittedAt: submittedAt)
     }
   }
 

@@ -5,7 +5,8 @@ extension Queue {
   /// thread.
   ///
   /// On an idle serial queue this is one CAS in and one atomic subtract out, with no
-  /// allocation; on a busy queue the caller waits for its turn in submission order. On a
+  /// allocation; from a thread that keeps `sync`ing a queue nobody else uses, no locked
+  /// instruction at all once the lock is biased to it (`Queue+SyncBias.swift`); on a busy queue the caller waits for its turn in submission order. On a
   /// concurrent queue a plain `sync` runs beside other items, a barrier `sync` runs alone. On
   /// a global queue the work runs at once.
   ///
@@ -32,6 +33,7 @@ extension Queue {
       ThreadFrame.with(self, exclusive: false, body)
     case .serial:
       if targetIsRoot.load(ordering: .relaxed) {
+        if tryBiasedSync(body) { return }
         if trySyncLock() {
           runSyncLocked(body)
           return
@@ -69,11 +71,14 @@ extension Queue {
     context: UnsafeMutableRawPointer?, barrier: Bool = false,
     _ function: @convention(c) (UnsafeMutableRawPointer?) -> Void
   ) {
-    if kind == .serial && targetIsRoot.load(ordering: .relaxed) && trySyncLock() {
-      runSyncLocked { function(context) }
-    } else {
-      _sync(barrier: barrier) { function(context) }
+    if kind == .serial && targetIsRoot.load(ordering: .relaxed) {
+      if tryBiasedSync({ function(context) }) { return }
+      if trySyncLock() {
+        runSyncLocked { function(context) }
+        return
+      }
     }
+    _sync(barrier: barrier) { function(context) }
   }
 
   /// Runs `body` on this serial queue, whose SYNC_LOCKED the caller took alone
@@ -88,7 +93,7 @@ extension Queue {
       ThreadFrame.with(self, exclusive: true, body)
       countCompletionExclusive(counters)
     }
-    releaseSyncLock()
+    releaseSyncLockKeepingStreak()
   }
 
   /// Runs `body` with frames pushed for this queue and every queue linked after it by

@@ -98,6 +98,23 @@ public final class Queue: @unchecked Sendable {
   /// touched. Relaxed: the hand-off of the drain (the pool's or the event loop's queue)
   /// publishes it.
   let drainScheduledAt = Atomic<UInt64>(0)
+  /// Atomic. The thread (`pthread_self`) this queue's `sync` lock is biased to
+  /// (`Queue+SyncBias.swift`), or 0: written when the bias is granted (under SYNC_LOCKED) and
+  /// cleared by that thread when it leaves the bias; read by every `sync` of the queue.
+  let biasOwner = Atomic<UInt>(0)
+  /// Atomic. 1 while the bias owner is in (or entering) a biased `sync`, else 0. Written
+  /// only by the owner, with plain stores (no locked instruction: the point of the bias);
+  /// read by the owner and by a revoker after its `membarrier`.
+  let biasBusy = Atomic<UInt32>(0)
+  /// Atomic. What a revocation did with SYNC_LOCKED (`SyncBiasVerdict`): written by the
+  /// revoker before it clears REVOKING, read by the owner after it saw REVOKING cleared.
+  let biasVerdict = Atomic<UInt32>(0)
+  /// Atomic. The thread of the last `sync` that took this queue's lock (`trySyncLock`), and
+  /// how many in a row it took (`SyncBias.spent`: the bias was granted once, never again).
+  /// Touched only by the holder of SYNC_LOCKED. All four words are on `state`'s line, which
+  /// a `sync` has just written.
+  let biasCandidate = Atomic<UInt>(0)
+  let biasStreak = Atomic<UInt32>(0)
   private let serialPadState = CacheLinePad()
   /// Atomic. The newest node of the item list (its tail, `Queue+Serial.swift`), nil when the
   /// list is empty: exchanged by every submission.
