@@ -12,6 +12,8 @@ import Synchronization
 /// | 2      | INACTIVE    | created inactive and not yet activated                         |
 /// | 3      | WIDE        | made wide: items move on to a concurrent back (`Queue+Wide.swift`) |
 /// | 4      | WIDTH_REQ   | `setWidth` was called (WIDE follows at its barrier)            |
+/// | 5      | BIASED      | the `sync` lock is biased to one thread; SYNC_LOCKED stays set (`Queue+SyncBias.swift`) |
+/// | 6      | REVOKING    | a revocation of the bias is under way                          |
 /// | 8...39 | SUSPEND     | suspend count (each `suspend()` adds `suspendOne`)             |
 ///
 /// The queue may run an item only when SCHEDULED or SYNC_LOCKED is held, and never both.
@@ -48,7 +50,10 @@ import Synchronization
 ///    re-check sees its node: nothing is stranded (Dekker's pattern, as in the event loop).
 /// 4. `sync` on an idle queue CASes 0 → SYNC_LOCKED (for each serial queue up its target
 ///    chain), runs the closure inline, clears the bit and re-checks like step 3. On a busy
-///    queue it enqueues a `SyncWaiter` and waits for its turn (`QueueItem.swift`).
+///    queue it enqueues a `SyncWaiter` and waits for its turn (`QueueItem.swift`). A queue
+///    whose lock is biased to a thread keeps SYNC_LOCKED set between that thread's `sync`s
+///    (`Queue+SyncBias.swift`): to everyone else it is held, and the first submission ends
+///    the bias from `wakeUp`.
 /// 5. Wait figures (`QueueStats.maxWait`, `recentWait`): a clock read (`rdtsc`) costs
 ///    14–22 ns on this project's VMs, a third of a drain's cost per item when producers keep
 ///    it busy, and as much again on each producer. So only some items are timed:
@@ -403,6 +408,10 @@ extension Queue {
   /// behind others on the target (a plain wake-up could take the worker's run-next slot and
   /// run it at once, a drain past its budget in all but name).
   private func releaseScheduled(yielding: Bool) {
+    // A drain between two `sync`s of one thread breaks its streak (`Queue+SyncBias.swift`,
+    // step 1): a queue that others feed is not biased to its `sync` caller. This thread
+    // holds the queue (SCHEDULED), as the streak's rule requires.
+    breakSyncStreak()
     state.wrappingSubtract(SerialState.scheduled, ordering: .sequentiallyConsistent)
     if serialHasPendingItems { wakeUp(yielding: yielding) }
   }
@@ -541,6 +550,7 @@ extension Queue {
       // Read the link before the release: afterwards another thread may lock the queue
       // and overwrite it.
       let next = current.syncChainNext?.takeUnretainedValue()
+      current.breakSyncStreak()  // A `sync` through a child queue breaks a streak too.
       current.state.wrappingSubtract(
         SerialState.syncLocked, ordering: .sequentiallyConsistent)
       if current.serialHasPendingItems { current.wakeUp() }

@@ -6,7 +6,8 @@ extension Queue {
   ///
   /// On an idle serial queue this is one CAS in and one atomic subtract out, with no
   /// allocation; from a thread that keeps `sync`ing a queue nobody else uses, no locked
-  /// instruction at all once the lock is biased to it (`Queue+SyncBias.swift`); on a busy queue the caller waits for its turn in submission order. On a
+  /// instruction at all once the lock is biased to it (`Queue+SyncBias.swift`). On a busy
+  /// queue the caller waits for its turn in submission order. On a
   /// concurrent queue a plain `sync` runs beside other items, a barrier `sync` runs alone. On
   /// a global queue the work runs at once.
   ///
@@ -85,7 +86,8 @@ extension Queue {
   /// (`trySyncLock`: the target is a global queue), then releases it.
   ///
   /// The counters are the holder's (see `QueueCounters`): no locked instruction besides the
-  /// lock's own CAS in and atomic subtract out.
+  /// lock's own CAS in and atomic subtract out (the `sync` that grants a bias keeps the lock
+  /// and adds BIASED with a CAS instead: `releaseSyncLockKeepingStreak`).
   @inline(__always)
   func runSyncLocked(_ body: () -> Void) {
     withHolderCounters { counters in

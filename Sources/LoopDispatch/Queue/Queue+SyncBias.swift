@@ -7,16 +7,17 @@ import Synchronization
 // An uncontended `sync` onto an idle serial queue costs two locked instructions: the CAS
 // that takes SYNC_LOCKED and the subtract that releases it (`trySyncLock`,
 // `releaseSyncLock`), as libdispatch's does. On x86 each waits for the store buffer to
-// drain; together they are nearly all of the call (perf, `sync_block`: 43% of the samples
-// after each). A queue that one thread keeps `sync`ing, with nobody else using it (a lock
+// drain; together they are nearly all of the call (perf, `sync_f` on an AMD EPYC VM: 43% of
+// the samples after each). A queue that one thread keeps `sync`ing, with nobody else using it (a lock
 // around some state, used from one thread most of the time), can do without both, as long as
 // the first other user pays for the difference. That is the bias.
 //
 // The protocol. Words: `state` (the bits BIASED and REVOKING beside SYNC_LOCKED),
 // `biasOwner`, `biasBusy` (written by the owner only, with plain stores), `biasVerdict`.
 //
-// 1. Grant. A thread that took the lock `SyncBias.threshold` times in a row
-//    (`biasCandidate`, `biasStreak`, kept by the holder) keeps SYNC_LOCKED at its release and
+// 1. Grant. A thread that took the lock `SyncBias.threshold` times in a row (`biasCandidate`,
+//    `biasStreak`, kept by the holder; a drain or a child queue's lock chain in between
+//    breaks the streak) keeps SYNC_LOCKED at the release of its next `sync` and
 //    adds BIASED (a CAS from exactly SYNC_LOCKED: not suspended, inactive or wide), then
 //    checks the list as `releaseSyncLock` does: an item a submitter pushed before it saw
 //    BIASED would otherwise wait for a release that no longer comes (step 4 takes it). A
@@ -53,7 +54,9 @@ import Synchronization
 //    sequentially consistent RMW, so releasing); the owner reads it after a load that saw
 //    REVOKING cleared (sequentially consistent, so acquiring).
 // 5. Owner resolves (`leaveBias`), with `biasBusy` 0: waits while REVOKING is set (a
-//    revoker between its CAS and its subtract: a system call, never a body). If BIASED is
+//    revoker between its CAS and its subtract: a system call, never a body; a short spin,
+//    then a sleep on `SyncBias.revocationsEnded`, which each revoker bumps and wakes after
+//    its subtract, in case the revoker was preempted). If BIASED is
 //    still set, the owner leaves on its own: CAS BIASED out (it now holds a plain
 //    SYNC_LOCKED) and releases. Otherwise it reads the verdict and, if handed, releases.
 //    Then it clears `biasOwner` and never looks at the verdict again.
@@ -69,7 +72,10 @@ import Synchronization
 // the plain `sync` keeps the streak (the calling thread's id, two loads and a store on the
 // line it holds); the first other user of a biased queue pays one `membarrier` (about 0.2 µs
 // on an idle 2-CPU machine; an interrupt to each CPU running one of our threads on a busy
-// one). `LOOPDISPATCH_SYNC_BIAS=0` turns the grant off.
+// one). The registration for it (`SyncBias.available`) happens once per process, one `sync`
+// before the first grant, with no queue held. A source or timer delivering to a biased queue
+// revokes on its driver thread like any submitter (its inline delivery cannot take the
+// held queue). `LOOPDISPATCH_SYNC_BIAS=0` turns the grant off.
 
 /// What a revocation did with SYNC_LOCKED (`Queue.biasVerdict`, step 4).
 enum SyncBiasVerdict {
@@ -96,9 +102,42 @@ enum SyncBias {
     return cls_membarrier_register() == 0
   }()
 
+  /// Evaluates `available` (the registration) if no thread has yet: called with no queue
+  /// held, one `sync` before the first grant (`releaseSyncLockKeepingStreak`).
+  @inline(never)
+  static func prepare() { _ = available }
+
+  /// Bumped, and every sleeper woken, by each revocation when it ends (`revokeBias`); an
+  /// owner that finds a revocation under way for longer than a short spin sleeps on it
+  /// (`leaveBias`) instead of spinning on a revoker that was preempted. Process-wide:
+  /// revocations are rare (at most one per queue), so sharing costs nothing.
+  static let revocationsEnded = FutexWord()
+
+  /// Called by a revoker after the subtract that ends its revocation: wakes owners asleep in
+  /// `leaveBias` (any queue's; each re-checks its own). One system call per revocation.
+  static func wakeOwners() {
+    revocationsEnded.atomic.pointee.wrappingAdd(1, ordering: .sequentiallyConsistent)
+    revocationsEnded.wake(Int32.max)
+  }
+
+  /// `membarrier(PRIVATE_EXPEDITED)` (step 3), retried while the kernel is short of memory
+  /// for its CPU mask (ENOMEM, the one failure a registered process can see). Safe to
+  /// retry: the caller holds REVOKING, and the owner waits for it.
+  static func barrierAcrossThreads() {
+    while cls_membarrier() != 0 {
+      let error = cls_errno()
+      guard error == ENOMEM || error == EINTR else {
+        internalBug("membarrier failed (errno \(error)) while revoking a sync bias")
+      }
+      sched_yield()
+    }
+  }
+
   /// The calling thread's id, as the bias records it: `pthread_self`, unique among live
   /// threads (a dead owner's id reused by a new thread is harmless: the dead one is in no
-  /// `sync`, and its bias passes to the new one).
+  /// `sync`, and its bias passes to the new one; what the dead one's last body wrote is
+  /// ordered before the new thread by glibc's reuse of the thread's stack and descriptor,
+  /// which goes through a lock).
   @inline(__always)
   static var currentThread: UInt { UInt(bitPattern: Int(bitPattern: pthread_self())) }
 }
@@ -128,7 +167,9 @@ extension Queue {
     // did under the lock before the grant was acquired by the CAS that took it then.
     let entry = state.load(ordering: .relaxed)
     guard entry & SerialState.biasCheckMask == SerialState.biased else {
-      biasBusy.store(0, ordering: .relaxed)
+      // Releasing, as at the exit: a revoker that reads this 0 must see what the last body
+      // did (off the fast path, so the order costs nothing).
+      biasBusy.store(0, ordering: .releasing)
       leaveBias()
       return false
     }
@@ -152,10 +193,22 @@ extension Queue {
   @inline(never)
   func leaveBias() {
     var current = state.load(ordering: .sequentiallyConsistent)
+    var spins = 0
     while true {
       if current & SerialState.revoking != 0 {
-        // A revoker between its CAS and its subtract: a system call away.
-        sched_yield()
+        // A revoker between its CAS and its subtract: a system call away, unless it was
+        // preempted. Spin a little, then sleep until a revocation ends (the count read
+        // before the state, so that an end between the two is not slept through).
+        spins += 1
+        if spins < 64 {
+          cls_cpu_relax()
+        } else {
+          let ended = SyncBias.revocationsEnded.atomic.pointee.load(
+            ordering: .sequentiallyConsistent)
+          if state.load(ordering: .sequentiallyConsistent) & SerialState.revoking != 0 {
+            SyncBias.revocationsEnded.wait(whileEqualTo: ended)
+          }
+        }
         current = state.load(ordering: .sequentiallyConsistent)
         continue
       }
@@ -191,12 +244,31 @@ extension Queue {
         biasStreak.store(1, ordering: .relaxed)
       } else if streak < SyncBias.threshold {
         biasStreak.store(streak &+ 1, ordering: .relaxed)
+        if streak &+ 1 == SyncBias.threshold {
+          // The next `sync` of the streak grants the bias. The process registers for the
+          // expedited `membarrier` now, once, with the lock released: registering can take
+          // the kernel milliseconds where other threads run (it waits for an RCU grace
+          // period), and no `sync` should hold a queue that long.
+          releaseSyncLock()
+          SyncBias.prepare()
+          return
+        }
       } else {
         releaseSyncLockGrantingBias(to: me)
         return
       }
     }
     releaseSyncLock()
+  }
+
+  /// Ends the streak of step 1: the queue was held by something other than a plain `sync`
+  /// (a drain, a lock chain from a child queue). The caller holds the queue. A load first,
+  /// so that a queue nobody `sync`s costs its drains no store.
+  @inline(__always)
+  func breakSyncStreak() {
+    if biasCandidate.load(ordering: .relaxed) != 0 {
+      biasCandidate.store(0, ordering: .relaxed)
+    }
   }
 
   /// Step 1: keeps SYNC_LOCKED and adds BIASED, if the queue is plain (exactly SYNC_LOCKED:
@@ -244,28 +316,34 @@ extension Queue {
       if exchanged { break }
       current = original
     }
-    if cls_membarrier() != 0 {
-      // Registered at the grant, so only a kernel gone wrong gets here: without the barrier
-      // the owner's state cannot be known, and guessing could run two bodies at once.
-      internalBug("membarrier failed (errno \(cls_errno())) while revoking a sync bias")
-    }
+    // Without the barrier the owner's state cannot be known, and a guess could run two
+    // bodies at once: it is retried until it succeeds.
+    SyncBias.barrierAcrossThreads()
     // Acquiring: pairs with the owner's releasing `biasBusy = 0` (what its body wrote).
     if biasBusy.load(ordering: .acquiring) == 0 {
       biasVerdict.store(SyncBiasVerdict.released, ordering: .relaxed)
+      // Sequentially consistent: the release of SYNC_LOCKED in Dekker's pattern with
+      // submitters (`releaseSyncLock`), and the clearing of REVOKING that publishes the
+      // verdict to the owner (step 4).
       state.wrappingSubtract(
         SerialState.biased | SerialState.revoking | SerialState.syncLocked,
         ordering: .sequentiallyConsistent)
+      SyncBias.wakeOwners()
       // `releaseSyncLock`'s check: this thread's own item, or one pushed since.
       if serialHasPendingItems { wakeUp(yielding: yielding, submittedAt: submittedAt) }
     } else {
       biasVerdict.store(SyncBiasVerdict.handed, ordering: .relaxed)
+      // Sequentially consistent: publishes the verdict to the owner (step 4); SYNC_LOCKED
+      // stays, the owner's.
       state.wrappingSubtract(
         SerialState.biased | SerialState.revoking, ordering: .sequentiallyConsistent)
+      SyncBias.wakeOwners()
     }
   }
 
-  /// Whether this queue's `sync` lock is biased to a thread now (tests, `/stats`).
+  /// Whether this queue's `sync` lock is biased to a thread now (tests). Relaxed: a
+  /// snapshot, ordered by whatever the caller used to wait for the grant or revocation.
   package var isSyncBiased: Bool {
-    state.load(ordering: .acquiring) & SerialState.biased != 0
+    state.load(ordering: .relaxed) & SerialState.biased != 0
   }
 }

@@ -109,11 +109,14 @@ public final class Queue: @unchecked Sendable {
   /// Atomic. What a revocation did with SYNC_LOCKED (`SyncBiasVerdict`): written by the
   /// revoker before it clears REVOKING, read by the owner after it saw REVOKING cleared.
   let biasVerdict = Atomic<UInt32>(0)
-  /// Atomic. The thread of the last `sync` that took this queue's lock (`trySyncLock`), and
-  /// how many in a row it took (`SyncBias.spent`: the bias was granted once, never again).
-  /// Touched only by the holder of SYNC_LOCKED. All four words are on `state`'s line, which
-  /// a `sync` has just written.
+  /// Atomic. The thread of the last plain `sync` that took this queue's lock, or 0 after a
+  /// drain or a child's lock chain held it (the streak is broken). Touched only by the
+  /// thread holding the queue (SYNC_LOCKED or SCHEDULED).
   let biasCandidate = Atomic<UInt>(0)
+  /// Atomic. How many plain `sync`s in a row `biasCandidate` took, or `SyncBias.spent`
+  /// once the bias was granted (never again). Touched only by the holder of SYNC_LOCKED.
+  /// The five bias words sit after `state`, on the same side of the pad (on its line or
+  /// the next, by where the allocator put the queue): a `sync` has just touched them.
   let biasStreak = Atomic<UInt32>(0)
   private let serialPadState = CacheLinePad()
   /// Atomic. The newest node of the item list (its tail, `Queue+Serial.swift`), nil when the
