@@ -7,7 +7,7 @@ import Synchronization
 // An uncontended `sync` onto an idle serial queue costs two locked instructions: the CAS
 // that takes SYNC_LOCKED and the subtract that releases it (`trySyncLock`,
 // `releaseSyncLock`), as libdispatch's does. On x86 each waits for the store buffer to
-// drain; together they are nearly all of the call (perf, `sync_f` on an AMD EPYC VM: 43% of
+// drain; together they are nearly all of the call (perf, `sync_block` on an AMD EPYC VM: 43% of
 // the samples after each). A queue that one thread keeps `sync`ing, with nobody else using it (a lock
 // around some state, used from one thread most of the time), can do without both, as long as
 // the first other user pays for the difference. That is the bias.
