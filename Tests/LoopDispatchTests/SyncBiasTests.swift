@@ -46,6 +46,79 @@ struct SyncBiasTests {
     second.stop()
   }
 
+  /// A drain of the queue, or a `sync` through a child queue, between two of one thread's
+  /// `sync`s breaks its streak: a queue other threads also use is never biased to it.
+  @Test func aDrainOrAChildsSyncBetweenTheOwnersSyncsBreaksTheStreak() {
+    let owner = OwnerThread()
+    let fed = Queue(label: "bias.fed")
+    let parent = Queue(label: "bias.parent-of-child")
+    let child = Queue(label: "bias.child-of-parent", target: parent)
+    for _ in 0..<Int(SyncBias.threshold) * 3 {
+      owner.run {
+        fed.sync {}
+        parent.sync {}
+      }
+      let ran = Latch()
+      fed.async { ran.open() }
+      #expect(ran.wait(seconds: 30))
+      child.sync {}
+    }
+    #expect(!fed.isSyncBiased)
+    #expect(!parent.isSyncBiased)
+    // Never granted at all (a grant that the next submission revoked would leave neither
+    // queue biased at the end, but would spend its streak).
+    let fedStreak = fed.biasStreak.load(ordering: .relaxed)
+    let parentStreak = parent.biasStreak.load(ordering: .relaxed)
+    #expect(fedStreak != SyncBias.spent)
+    #expect(parentStreak != SyncBias.spent)
+    owner.stop()
+  }
+
+  #if DEBUG
+    /// An owner that meets a revocation under way waits for it (a short spin, then asleep on
+    /// `SyncBias.revocationsEnded`) and is woken when it ends: the revoker is parked between
+    /// setting REVOKING and its verdict while the owner's `sync` starts. Without the wake, the
+    /// owner would sleep for good and the `sync` never return.
+    @Test func anOwnerMeetingARevocationUnderWayWaitsForItsEnd() {
+      let (queue, owner) = biasedQueue("bias.parked-revoker")
+      let parked = Latch()
+      let release = Semaphore(value: 0)
+      SyncBiasHooks.setAfterRevokingSet { revoked in
+        guard revoked === queue else { return }
+        parked.open()
+        release.wait()
+      }
+      let ownerAsleep = Latch()
+      SyncBiasHooks.setOwnerSleeps { waiting in
+        if waiting === queue { ownerAsleep.open() }
+      }
+      defer {
+        SyncBiasHooks.setAfterRevokingSet(nil)
+        SyncBiasHooks.setOwnerSleeps(nil)
+      }
+      let itemRan = Latch()
+      let revoker = startThread { queue.async { itemRan.open() } }
+      #expect(parked.wait(seconds: 30))
+      let syncReturned = Latch()
+      let order = Shared([String]())
+      owner.submit {
+        queue.sync { order.value.append("sync") }
+        syncReturned.open()
+      }
+      // The owner found REVOKING, spun, and is about to sleep; only the revoker's end wakes it.
+      #expect(ownerAsleep.wait(seconds: 30))
+      release.signal()
+      #expect(syncReturned.wait(seconds: 30))
+      #expect(itemRan.wait(seconds: 30))
+      pthread_join(revoker, nil)
+      #expect(!queue.isSyncBiased)
+      let verdict = queue.biasVerdict.load(ordering: .acquiring)
+      #expect(verdict == SyncBiasVerdict.released || verdict == SyncBiasVerdict.handed)
+      #expect(owner.run { queue.sync { order.value } } == ["sync"])
+      owner.stop()
+    }
+  #endif
+
   /// An item submitted from another thread ends the bias (the owner is outside its `sync`:
   /// the revoker releases the lock) and runs; the owner's next `sync` takes the plain path
   /// and comes after it.

@@ -72,14 +72,19 @@ extension Queue {
     context: UnsafeMutableRawPointer?, barrier: Bool = false,
     _ function: @convention(c) (UnsafeMutableRawPointer?) -> Void
   ) {
-    if kind == .serial && targetIsRoot.load(ordering: .relaxed) {
-      if tryBiasedSync({ function(context) }) { return }
-      if trySyncLock() {
-        runSyncLocked { function(context) }
-        return
-      }
+    guard kind == .serial && targetIsRoot.load(ordering: .relaxed) else {
+      _sync(barrier: barrier) { function(context) }
+      return
     }
-    _sync(barrier: barrier) { function(context) }
+    // `_sync`'s serial case for a queue whose target is global, written out so that the
+    // fast paths call `function` themselves; a busy queue goes straight to the slow path
+    // (through `_sync`, it tried both fast paths a second time).
+    if tryBiasedSync({ function(context) }) { return }
+    if trySyncLock() {
+      runSyncLocked { function(context) }
+      return
+    }
+    syncSlow(barrier: barrier) { function(context) }
   }
 
   /// Runs `body` on this serial queue, whose SYNC_LOCKED the caller took alone

@@ -203,6 +203,9 @@ extension Queue {
         if spins < 64 {
           cls_cpu_relax()
         } else {
+          #if DEBUG
+            if spins == 64 { SyncBiasHooks.ownerWillSleep(on: self) }
+          #endif
           let ended = SyncBias.revocationsEnded.atomic.pointee.load(
             ordering: .sequentiallyConsistent)
           if state.load(ordering: .sequentiallyConsistent) & SerialState.revoking != 0 {
@@ -316,6 +319,9 @@ extension Queue {
       if exchanged { break }
       current = original
     }
+    #if DEBUG
+      SyncBiasHooks.afterRevokingSet(of: self)
+    #endif
     // Without the barrier the owner's state cannot be known, and a guess could run two
     // bodies at once: it is retried until it succeeds.
     SyncBias.barrierAcrossThreads()
