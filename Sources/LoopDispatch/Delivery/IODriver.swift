@@ -31,8 +31,9 @@ import Synchronization
 /// so other descriptors wait at most ~4 ms for a blocked handler. Only one inline handler runs
 /// at a time: while one runs, readiness is delivered through the target queues.
 ///
-/// Who may touch what: the tables behind `lock` (entries by descriptor and by token, and the
-/// entries' fields); `role`, `inlineRunning` and the counters are atomics; `epfd` and
+/// Who may touch what: the tables behind `lock` (entries by descriptor and by token, the owned
+/// registrations and their fields); each entry's state behind the entry's own lock (the order
+/// of the two: `IODriver+Registration.swift`); `role`, `inlineRunning` and the counters are atomics; `epfd` and
 /// `watchdogFD` are immutable.
 final class IODriver: @unchecked Sendable {
   // @unchecked Sendable: mutable state is behind `lock` or atomic, as stated above.
@@ -51,9 +52,9 @@ final class IODriver: @unchecked Sendable {
     var owned: [UInt64: OwnedRegistration] = [:]
     var nextToken: UInt64 = 1
   }
-  /// Protected by: its lock. Also serialises every `epoll_ctl` on an entry and the entries'
-  /// multiplexing fields (`IOEntry.swift`), so a re-arm never races with the removal of its
-  /// registration.
+  /// Protected by: its lock, taken before an entry's own lock and held only for the tables
+  /// (and for the owned registrations' `epoll_ctl`s, which are rare). An entry's fields and
+  /// its `epoll_ctl`s are behind the entry's lock (`IOEntry.state`).
   let lock = LockedValue(Tables())
 
   /// Atomic. 1 while a driver thread holds the poller role (it alone calls `epoll_wait`).
@@ -258,26 +259,26 @@ final class IODriver: @unchecked Sendable {
   /// inline, and only if the event is the `last` of its batch: the others are queued first,
   /// for the same reason as the batch rule above.
   private func dispatch(events: UInt32, token: UInt64, last: Bool) -> Bool {
-    // One-shot: the kernel disabled the whole registration (`IOEntry.swift`, rule 2).
-    let (entry, fired, owned) = lock.withLock {
-      tables -> (IOEntry?, IOEntry.Fired, OwnedRegistration?) in
-      guard let entry = tables.byToken[token] else {
-        return (nil, IOEntry.Fired(), takeOwnedReport(&tables, token: token))
-      }
-      let fired = entry.fire(events)
-      if entry.armed != 0 {
-        _ = cls_epoll_control(epfd, cls_epoll_ctl_mod, entry.fd, entry.wanted, entry.token)
-      }
-      return (entry, fired, nil)
+    // One-shot: the kernel disabled the whole registration (`IOEntry.swift`, rule 2). The
+    // tables' lock only for the lookup; the entry's own lock for the firing
+    // (`IODriver+Registration.swift` gives the order).
+    let found = lock.withLock { tables -> Found in
+      if let entry = tables.byToken[token] { return .entry(entry) }
+      if let owned = takeOwnedReport(&tables, token: token) { return .owned(owned) }
+      return .stale
     }
     currentThreadHoldsRole = true
-    if let owned {
+    let entry: IOEntry
+    switch found {
+    case .stale: return true
+    case .owned(let owned):
       DriverThreadMark.inlinePermitted = last
       owned.watcher.ownedDescriptorFired(owned, events: events)
       DriverThreadMark.inlinePermitted = false
       return currentThreadHoldsRole
+    case .entry(let found): entry = found
     }
-    guard let entry else { return true }
+    guard let fired = fire(entry, events: events) else { return true }
     var unhanded = fired.readers.count + fired.writers.count
     func hand(_ cores: [FileDescriptorCore], _ interest: FDInterest) {
       for core in cores {
@@ -292,6 +293,13 @@ final class IODriver: @unchecked Sendable {
     hand(fired.writers, .write)
     DriverThreadMark.inlinePermitted = false
     return currentThreadHoldsRole
+  }
+
+  /// What a report's token names.
+  private enum Found {
+    case entry(IOEntry)
+    case owned(OwnedRegistration)
+    case stale
   }
 
   /// Set by `runInline` when the standby took the role while this thread ran a handler.

@@ -1,11 +1,12 @@
 import CLoopShims
-import MainLoop
+@_spi(LoopDispatchRuntime) import MainLoop
 
 /// One watched descriptor file: its token, one epoll registration, and every source reading
 /// or writing it (any number of each, each on its own target queue).
 ///
 /// Multiplexing one one-shot registration among several sources. The rules, each with its
-/// reason (all state below is protected by `IODriver.lock`; "interest" is read or write):
+/// reason (all state below is protected by the entry's lock, `state`; "interest" is read or
+/// write):
 ///
 /// 1. **One registration per file.** The entry has one `epoll_ctl` registration, always
 ///    `EPOLLONESHOT`, whose events are the interests in `armed`. `armed` is what the kernel
@@ -55,32 +56,83 @@ import MainLoop
 /// finish or leave: rules 3 and 5) or while no source could take the last report (each holds
 /// the data and delivers when resumed: rule 4). So every source of a ready descriptor fires,
 /// and cancelling one leaves the others firing.
-final class IOEntry: @unchecked Sendable {
-  // @unchecked Sendable: mutable fields are protected by `IODriver.lock`, as stated above.
+final class IOEntry: Sendable {
   let fd: Int32
   let identity: FileIdentity
   let token: UInt64
   /// The driver that made the entry. It is never released (published for the process's
   /// life), so the cycle through its tables costs nothing.
   let driver: IODriver
-  /// Protected by: `IODriver.lock`. The read sources, in registration order.
-  var readers = InterestSources()
-  /// Protected by: `IODriver.lock`. The write sources, in registration order.
-  var writers = InterestSources()
-  /// Protected by: `IODriver.lock`. The interests enabled in the kernel now
-  /// (`EPOLLIN`/`EPOLLOUT` bits; rule 1).
-  var armed: UInt32 = 0
-  /// Protected by: `IODriver.lock`. Removed because its number was reused by another file
-  /// while it was registered.
-  var evicted = false
-  /// Protected by: `IODriver.lock`. Removed from the epoll set (its last source unregistered).
-  var removed = false
+  /// The multiplexing state (rules 1–8) behind the entry's own lock, which also serialises
+  /// every `epoll_ctl` on the registration (the lock order and why one lock per entry is
+  /// enough: `IODriver+Registration.swift`).
+  let state: LockedValue<State>
 
   init(fd: Int32, identity: FileIdentity, token: UInt64, driver: IODriver) {
     self.fd = fd
     self.identity = identity
     self.token = token
     self.driver = driver
+    self.state = LockedValue(State())
+  }
+
+  /// What the entry's lock protects.
+  struct State {
+    /// The read sources, in registration order.
+    var readers = InterestSources()
+    /// The write sources, in registration order.
+    var writers = InterestSources()
+    /// The interests enabled in the kernel now (`EPOLLIN`/`EPOLLOUT` bits; rule 1).
+    var armed: UInt32 = 0
+    /// Removed because its number was reused by another file while it was registered.
+    var evicted = false
+    /// Removed from the epoll set (its last source unregistered).
+    var removed = false
+
+    /// Whether the entry is out of the driver's tables: its registration is gone or belongs
+    /// to another entry now, so no `epoll_ctl` may name its number again (rule 8).
+    var isGone: Bool { evicted || removed }
+
+    /// The sources of `interest`.
+    subscript(interest: FDInterest) -> InterestSources {
+      interest == .read ? readers : writers
+    }
+
+    /// Changes the sources of `interest` in place (a copy through a setter would copy their
+    /// arrays on every change).
+    mutating func update<T>(_ interest: FDInterest, _ body: (inout InterestSources) -> T) -> T {
+      interest == .read ? body(&readers) : body(&writers)
+    }
+
+    var isEmpty: Bool { readers.isEmpty && writers.isEmpty }
+
+    /// The `epoll_ctl` events for the armed interests: always one-shot; with the peer's
+    /// half-close only while reading is armed (it is level-triggered: armed for a writer
+    /// alone it would fire again and again).
+    var wanted: UInt32 {
+      armed | cls_epolloneshot | (armed & cls_epollin != 0 ? cls_epollrdhup : 0)
+    }
+
+    /// Rule 2 for a report of `events`: disarms the fired interests and marks their sources.
+    /// The caller re-enables what stays in `armed`.
+    mutating func fire(_ events: UInt32) -> Fired {
+      let failed = events & (cls_epollerr | cls_epollhup) != 0
+      var fired: UInt32 = 0
+      // A peer's half-close (RDHUP) is read readiness: the read returns 0.
+      if events & (cls_epollin | cls_epollrdhup) != 0 || failed { fired |= armed & cls_epollin }
+      if events & cls_epollout != 0 || failed { fired |= armed & cls_epollout }
+      armed &= ~fired
+      var result = Fired()
+      if fired & cls_epollin != 0 {
+        readers.markAllOwing()
+        result.readers = readers.cores
+      }
+      if fired & cls_epollout != 0 {
+        writers.markAllOwing()
+        result.writers = writers.cores
+      }
+      return result
+    }
   }
 
   /// The sources of one interest and their marks (rule 2).
@@ -130,51 +182,10 @@ final class IOEntry: @unchecked Sendable {
     }
   }
 
-  /// The sources of `interest`.
-  subscript(interest: FDInterest) -> InterestSources {
-    interest == .read ? readers : writers
-  }
-
-  /// Changes the sources of `interest` in place (a copy through a setter would copy their
-  /// arrays on every change).
-  func update<T>(_ interest: FDInterest, _ body: (inout InterestSources) -> T) -> T {
-    interest == .read ? body(&readers) : body(&writers)
-  }
-
-  var isEmpty: Bool { readers.isEmpty && writers.isEmpty }
-
-  /// The `epoll_ctl` events for the armed interests: always one-shot; with the peer's
-  /// half-close only while reading is armed (it is level-triggered: armed for a writer alone
-  /// it would fire again and again).
-  var wanted: UInt32 {
-    armed | cls_epolloneshot | (armed & cls_epollin != 0 ? cls_epollrdhup : 0)
-  }
-
   /// The sources a report reaches (snapshots: handed out after the lock is released).
   struct Fired {
     var readers: [FileDescriptorCore] = []
     var writers: [FileDescriptorCore] = []
-  }
-
-  /// Rule 2 for a report of `events`: disarms the fired interests and marks their sources.
-  /// The caller re-enables what stays in `armed`. Under `IODriver.lock`.
-  func fire(_ events: UInt32) -> Fired {
-    let failed = events & (cls_epollerr | cls_epollhup) != 0
-    var fired: UInt32 = 0
-    // A peer's half-close (RDHUP) is read readiness: the read returns 0.
-    if events & (cls_epollin | cls_epollrdhup) != 0 || failed { fired |= armed & cls_epollin }
-    if events & cls_epollout != 0 || failed { fired |= armed & cls_epollout }
-    armed &= ~fired
-    var result = Fired()
-    if fired & cls_epollin != 0 {
-      readers.markAllOwing()
-      result.readers = readers.cores
-    }
-    if fired & cls_epollout != 0 {
-      writers.markAllOwing()
-      result.writers = writers.cores
-    }
-    return result
   }
 }
 

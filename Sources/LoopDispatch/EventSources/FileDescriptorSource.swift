@@ -232,13 +232,14 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
   override var protocolDescription: String {
     let entry = watchState.withLock { $0.entry }
     guard let entry else { return super.protocolDescription + ", no driver entry" }
-    let registration = entry.driver.lock.withLock { tables in
-      let sources = entry[interest]
-      return "entry fd \(entry.fd) token \(entry.token) armed \(entry.armed)"
+    let current = entry.driver.lock.withLock { $0.byToken[entry.token] === entry }
+    let registration = entry.state.withLock { state in
+      let sources = state[interest]
+      return "entry fd \(entry.fd) token \(entry.token) armed \(state.armed)"
         + " sources \(sources.cores.count) owing \(sources.owing)"
         + " deliveredSinceFire \(sources.deliveredSinceFire)"
-        + " evicted \(entry.evicted) removed \(entry.removed)"
-        + " current \(tables.byToken[entry.token] === entry)"
+        + " evicted \(state.evicted) removed \(state.removed)"
+        + " current \(current)"
     }
     // Whether the number still names the source's file: false when something closed it
     // (and perhaps reopened the number) while the source watched it.
