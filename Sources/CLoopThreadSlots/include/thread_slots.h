@@ -31,6 +31,9 @@ extern __thread void *lds_worker LDS_THREAD_SLOT;
 /// The calling thread's I/O driver flags (bit 0: a driver thread; bit 1: it holds the poller
 /// role). 0 on every other thread.
 extern __thread int lds_driver LDS_THREAD_SLOT;
+/// Whether the calling thread (never a pool worker) left a pool wake-up deferred that it must
+/// make before it blocks (Sources/LoopDispatch/Pool/WorkerPool+DeferredWake.swift).
+extern __thread int lds_owes_wake LDS_THREAD_SLOT;
 
 /// The calling thread's cache of free pool job nodes (Sources/LoopDispatch/Pool/JobNode.swift,
 /// `NodeCache`): `spare_*` is a list of nodes this thread freed, `borrowed` a chain it took from
@@ -86,6 +89,8 @@ static inline void *lds_worker_get(void) { return lds_worker; }
 static inline void lds_worker_set(void *worker) { lds_worker = worker; }
 static inline int lds_driver_get(void) { return lds_driver; }
 static inline void lds_driver_set(int flags) { lds_driver = flags; }
+static inline int lds_owes_wake_get(void) { return lds_owes_wake; }
+static inline void lds_owes_wake_set(int owes) { lds_owes_wake = owes; }
 static inline struct lds_node_cache *lds_node_cache_get(void) { return &lds_node_cache_slot; }
 static inline void *lds_sync_waiter_get(void) { return lds_sync_waiter; }
 static inline void lds_sync_waiter_set(void *waiter) { lds_sync_waiter = waiter; }

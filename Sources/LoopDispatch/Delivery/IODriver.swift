@@ -236,6 +236,9 @@ final class IODriver: @unchecked Sendable {
       pollEnteredAt.store(
         timerLearnsAtExpiry.load(ordering: .relaxed) ? Deadline.now.uptimeNanoseconds : 1,
         ordering: .relaxed)
+      // Deliveries this thread queued may have left a parked worker asleep while every CPU
+      // was taken (`WorkerPool+DeferredWake.swift`): the wait may block, so wake it now.
+      WorkerPool.payOwedWake()
       let count = cls_epoll_wait_many(epfd, &events, &tokens, Int32(Self.batchSize), -1)
       guard count > 0 else { continue }  // EINTR
       eventsSeen.wrappingAdd(UInt64(count), ordering: .relaxed)

@@ -42,12 +42,15 @@ final class FutexWord: @unchecked Sendable {
   /// `wait` on any word whose address stays valid while the caller sleeps.
   ///
   /// A pool worker first hands its run-next job to the pool (`flushBeforeBlocking`): it
-  /// cannot run it while asleep, and the job may be what the wait is for.
+  /// cannot run it while asleep, and the job may be what the wait is for. Inside a job it
+  /// counts itself asleep for the sleep; another thread makes the pool wake-up it deferred
+  /// (`WorkerPool+DeferredWake.swift`).
   static func wait(
     on word: UnsafeMutablePointer<Atomic<UInt32>>, whileEqualTo expected: UInt32,
     timeoutNanoseconds: UInt64? = nil
   ) {
-    WorkerPool.flushBeforeBlocking()
+    let inJob = WorkerPool.flushBeforeBlocking()
+    defer { if inJob { WorkerPool.shared.wokeInJob() } }
     let raw = UnsafeMutableRawPointer(word).assumingMemoryBound(to: UInt32.self)
     if let timeoutNanoseconds {
       var relative = timespec(

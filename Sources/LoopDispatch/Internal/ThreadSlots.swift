@@ -36,6 +36,13 @@ enum ThreadSlots {
   /// Sets the calling thread's I/O driver flags.
   static func setDriverFlags(_ flags: Int32) { lds_driver_set(flags) }
 
+  /// Whether the calling thread owes a deferred pool wake-up (`WorkerPool+DeferredWake.swift`).
+  @inline(__always)
+  static func owesWake() -> Bool { lds_owes_wake_get() != 0 }
+
+  @inline(__always)
+  static func setOwesWake(_ owes: Bool) { lds_owes_wake_set(owes ? 1 : 0) }
+
   /// The calling thread's spare `SyncWaiter` (retained), or nil.
   @inline(__always)
   static func syncWaiter() -> UnsafeMutableRawPointer? { lds_sync_waiter_get() }

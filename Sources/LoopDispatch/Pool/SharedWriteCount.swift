@@ -79,6 +79,9 @@ package enum PoolEvent: Int, CaseIterable, Sendable {
   case workerStart
   /// An extra worker left the pool (after its last park's withdrawal).
   case workerRetire
+  /// A submitter outside the pool left the parked workers asleep: every CPU was taken
+  /// (`WorkerPool+DeferredWake.swift`, rule 1).
+  case wakeDeferred
 }
 
 /// Adds `count` writes to `path` (debug builds; nothing in a release build).

@@ -18,7 +18,10 @@ import Synchronization
 ///    tail), then `notifyWork` loads `searching`; if a worker searches, the submitter owes
 ///    nothing more: the job is the searchers' (rule 3). Otherwise it claims an idle bit and
 ///    owes that worker its wake (rule 4); if no bit is set, it tells the supervisor
-///    (`noteWorkWaiting`, the supervisor's own Dekker pair, `PoolSupervisor.run`).
+///    (`noteWorkWaiting`, the supervisor's own Dekker pair, `PoolSupervisor.run`). A submitter
+///    outside the pool may instead defer the wake while every CPU is taken, and make it before
+///    it blocks, the supervisor covering the rest (`WorkerPool+DeferredWake.swift`): the model
+///    below explores the immediate wake only.
 /// 2. A parking worker sets its bit, then loads every queue's count (`hasQueuedWork`). In S,
 ///    either a submitter's loads come after the bit (it sees the bit, or a searcher) or the
 ///    worker's loads come after the publication (it sees the job and stays up).

@@ -104,18 +104,31 @@ extension WorkerPool {
   /// queue (or the injection queue, if that is full), and a worker is woken to steal from
   /// it, since the owner cannot run them now — one may be the very job the wait is for
   /// (rule 4). Cheap (one thread-local read) off the pool or with nothing queued. Any thread.
-  static func flushBeforeBlocking() {
-    guard let worker = Worker.current else { return }
+  ///
+  /// A thread that is not a worker makes the wake-up it deferred instead, if it owes one
+  /// (`WorkerPool+DeferredWake.swift`, rule 2). A worker inside a job counts itself asleep
+  /// in it for the sleep (rule 4), then, if jobs are queued anywhere, makes sure a worker is
+  /// coming for them: the count and the look, both sequentially consistent, pair with an
+  /// outside submitter's publication and its load of the count (Dekker), so a job the
+  /// sleeper waits for is never left to the supervisor's tick. Returns whether the caller
+  /// must call `wokeInJob` after its sleep.
+  static func flushBeforeBlocking() -> Bool {
+    guard let worker = Worker.current else {
+      payOwedWake()
+      return false
+    }
     let pool = worker.pool
+    let inJob = pool.sleepsInJob(worker)
     if let node = pool.evictRunNext(of: worker) {
       if !worker.local[node.pointee.lane].push(node) {
         pool.injection[node.pointee.lane].push(node)
         countSharedWrite(.rescue, 3)
       }
-    } else if !worker.hasLocalWork {
-      return
+    } else if !worker.hasLocalWork && !(inJob && pool.hasQueuedWork()) {
+      return inJob
     }
     pool.notifyWork()
+    return inJob
   }
 
   /// The supervisor's tick (rule 4): a slot already seen filled at the previous tick goes to

@@ -135,6 +135,8 @@ final class WorkerPool: @unchecked Sendable {
   /// Whether spins pay on this machine now (`SpinGovernor`).
   let spinGovernor: SpinGovernor
   let supervisor = PoolSupervisor()
+  /// Shared words of the deferred wake-ups (`WorkerPool+DeferredWake.swift`).
+  let deferral = WakeDeferral()
 
   private init() {
     budget = CPUBudget.current
@@ -165,6 +167,7 @@ final class WorkerPool: @unchecked Sendable {
       warnRefused(refusal)
     }
     supervisor.start(pool: self)
+    DeferredWakeHook.install()
   }
 
   /// The plain worker at table index `index` (< `tableCount`).
@@ -235,8 +238,13 @@ final class WorkerPool: @unchecked Sendable {
       return
     }
     injection[lane].push(node)
-    countSharedWrite(ThreadSlots.worker() == nil ? .submitOutside : .submitRequeue, 3)
-    notifyWork()
+    if ThreadSlots.worker() == nil {
+      countSharedWrite(.submitOutside, 3)
+      notifyWorkFromOutside()
+    } else {
+      countSharedWrite(.submitRequeue, 3)
+      notifyWork()
+    }
   }
 
   /// Queues `jobs` at `priority`, in order, as one chain appended to the lane's injection

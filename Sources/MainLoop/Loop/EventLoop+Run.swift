@@ -75,6 +75,8 @@ extension EventLoop {
       if condition() { return .condition }
       if deadlinePassed.value { return .deadline }
       let mayBlock = prepareToSleep()
+      // Before a poll that may sleep: LoopDispatch's deferred pool wake-up (`BlockingHook`).
+      if mayBlock { BlockingHook.run() }
       // Waking early (`EarlyWake`, rule 1): a timer expiry teaches the wake-up delay only if
       // the loop was asleep when it came, so the entry into the poll is timed, when it can
       // matter. (The clock read is the vDSO's, next to a poll that sleeps.)
