@@ -41,6 +41,13 @@ import Testing
     let cancelled = Latch()
     source.setCancelHandler { cancelled.open() }
     source.activate()
+    // On every way out: the first handler let go and the source cancelled (before the pipe
+    // closes: the defer above runs after this one).
+    defer {
+      release.open()
+      source.cancel()
+      _ = cancelled.wait()
+    }
     writeBytes(pair.write, 1)
     #expect(entered.wait())
     let afterDelivery = Latch()
@@ -49,6 +56,8 @@ import Testing
       Issue.record("the I/O driver is not running with a read source registered")
       return
     }
+    // Holds the process-wide tables' lock for up to 10 s if the test fails: other suites'
+    // registrations wait meanwhile.
     let finishedUnderTheLock = driver.lock.withLock { _ in
       release.open()
       return afterDelivery.wait(seconds: 10)
@@ -56,7 +65,5 @@ import Testing
     #expect(finishedUnderTheLock, "the delivery's re-arm waited for the tables' lock")
     writeBytes(pair.write, 1)
     #expect(secondFired.wait(), "the re-armed source did not fire again")
-    source.cancel()
-    #expect(cancelled.wait())
   }
 }

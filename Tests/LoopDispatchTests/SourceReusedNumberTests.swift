@@ -58,6 +58,19 @@ import Testing
     relayChildFailure(result)
   }
 
+  /// A descriptor the runtime opens for a source of its own (a process source's pidfd) on a
+  /// number still held by a stale entry (closed while watched) gets its own registration,
+  /// which the stale entry's removal leaves alone (`IODriver+Owned.swift`).
+  @Test func anOwnedDescriptorOnAStaleNumberKeepsItsRegistration() async {
+    let result = await #expect(
+      processExitsWith: .success, observing: [\.standardErrorContent]
+    ) {
+      do { try ownedDescriptorOnAStaleNumber() } catch { reuseFailure("\(error)") }
+      exit(0)
+    }
+    relayChildFailure(result)
+  }
+
   /// The same with the old source cancelled before its descriptor is closed.
   @Test func aNumberClosedAfterCancelFiresForItsNextSource() async {
     let result = await #expect(
@@ -198,6 +211,69 @@ private func reopenOnTheSameFile() throws {
   if oldFired.current != 0 { reuseFailure("the old source fired after its file was closed") }
   close(pair.read)
   close(pair.write)
+}
+
+/// Source A watches a pipe's read end, which is then closed while watched (misuse); the
+/// runtime's next descriptor gets A's number (every lower number is taken first): the pidfd
+/// of a process source, or the driver timers' timerfd if this process's first driver-side
+/// `after` comes first. Both are registrations the runtime owns (`registerOwned`).
+/// Cancelling A afterwards must not remove that registration: the process source still
+/// reports the exit, and a serial queue's `after` still fires. (Before `registerOwned` evicted
+/// the stale entry, A's removal deleted the new registration, and one of the two never came.)
+private func ownedDescriptorOnAStaleNumber() throws {
+  let pair = try makePipe()
+  let old = try ReadSource(fd: pair.read, queue: Queue(label: "reuse-owned-old"))
+  let oldCancelled = Latch()
+  old.setEventHandler {}
+  old.setCancelHandler { oldCancelled.open() }
+  old.activate()
+  // Take every free number below the read end, so that closing it makes it the lowest.
+  var fillers: [Int32] = []
+  while true {
+    let filler = open("/dev/null", O_RDONLY | O_CLOEXEC)
+    if filler < 0 { reuseFailure("open /dev/null: errno \(errno)") }
+    if filler > pair.read {
+      close(filler)
+      break
+    }
+    fillers.append(filler)
+  }
+  let number = pair.read
+  close(number)
+  let child = try spawn(["/bin/sleep", "0.2"])
+  let exited = Latch()
+  let source = try ProcessSource(pid: child, queue: Queue(label: "reuse-owned-process"))
+  source.setEventHandler { exited.open() }
+  source.activate()
+  // Nothing else of this process opens a descriptor meanwhile but, for a moment, the
+  // supervisor's /proc reads: say so rather than pass without testing anything.
+  let owner = linkTarget(number)
+  guard owner == "anon_inode:[pidfd]" || owner == "anon_inode:[timerfd]" else {
+    reuseFailure("no runtime-owned descriptor got number \(number): \(owner)")
+  }
+  old.cancel()
+  if !oldCancelled.wait() { reuseFailure("the old cancel handler never ran") }
+  if !exited.wait(seconds: 10) {
+    reuseFailure("the exit was not reported (\(owner) on the stale number)")
+  }
+  let timerFired = Latch()
+  _ = Queue(label: "reuse-owned-timer").after(.milliseconds(1)) { timerFired.open() }
+  if !timerFired.wait(seconds: 10) {
+    reuseFailure("a serial queue's after never fired (\(owner) on the stale number)")
+  }
+  source.cancel()
+  var status: Int32 = 0
+  _ = waitpid(child, &status, 0)
+  for filler in fillers { close(filler) }
+  close(pair.write)
+}
+
+/// The target of `/proc/self/fd/<fd>`, or "" if it names nothing.
+private func linkTarget(_ fd: Int32) -> String {
+  var buffer = [CChar](repeating: 0, count: 256)
+  let length = readlink("/proc/self/fd/\(fd)", &buffer, buffer.count - 1)
+  guard length > 0 else { return "" }
+  return String(decoding: buffer[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
 }
 
 /// Ends the child process with a message on standard error.

@@ -69,6 +69,12 @@ extension IODriver {
     fd: Int32, events: UInt32, edgeTriggered: Bool = false, watcher: any OwnedDescriptorWatcher
   ) -> Result<OwnedRegistration, IORegistrationError> {
     lock.withLock { tables -> Result<OwnedRegistration, IORegistrationError> in
+      if let stale = tables.byDescriptor[fd] {
+        // The runtime just opened `fd`, so an entry under its number watched a file that was
+        // closed while watched (`IOEntry.swift`, rule 8): evict it before the new
+        // registration exists, or its re-arm or removal would reach this one.
+        evict(stale, from: &tables)
+      }
       let registration = OwnedRegistration(
         fd: fd, events: events, token: tables.nextToken, driver: self, watcher: watcher)
       tables.nextToken &+= 1

@@ -10,18 +10,20 @@ import Glibc
 /// sources, marks and `armed`). The per-event paths take one each, briefly: the poller takes
 /// the tables' lock for the token lookup alone, then the entry's lock to fire it; a worker's
 /// re-arm takes only its entry's lock. So the `epoll_ctl` a re-arm makes, under its entry's
-/// lock, never holds up the poller's lookups or another connection's re-arm (with one lock for
-/// everything, the poller and the workers met on it about once per request, each meeting a
-/// futex wake).
+/// lock, holds up neither another connection's re-arm nor the poller's lookups (except
+/// through a `register` or `unregister` of the same entry, which takes both locks): with one
+/// lock for everything, the poller and the workers met on it about once per request, each
+/// meeting a futex wake.
 ///
 /// Why an entry's lock is enough to keep an `epoll_ctl` off a number that now names another
 /// file (rule 8): every `epoll_ctl` naming an entry's number is made under that entry's lock,
 /// after checking the entry is not gone (`IOEntry.State.isGone`). An entry goes (evicted, or
 /// removed with its registration deleted) under its own lock, inside the tables' lock, and
 /// only after that does the same number get a new entry and an `EPOLL_CTL_ADD` (under the
-/// tables' lock, still held). So an `epoll_ctl` for an old entry either comes before the new
-/// registration exists (the kernel answers `ENOENT` if the number names another file, or
-/// nothing, or a registration the old file still has) or sees the entry gone and makes none.
+/// tables' lock, still held), or an owned registration (`registerOwned` evicts whatever entry
+/// the number still has, the same way). So an `epoll_ctl` for an old entry either comes before
+/// the new registration exists (the kernel answers `ENOENT` if the number names another file,
+/// or nothing, or a registration the old file still has) or sees the entry gone and makes none.
 extension IODriver {
   /// Watches `fd` for `interest` on behalf of `core`, one-shot, beside any other sources of
   /// the same file. Any thread.
@@ -174,8 +176,9 @@ extension IODriver {
   }
 
   /// Forgets `entry` (rule 8): its token goes stale and its sources never fire again. Under
-  /// the tables' lock; takes the entry's.
-  private func evict(_ entry: IOEntry, from tables: inout Tables) {
+  /// the tables' lock; takes the entry's. Also for an owned registration's new descriptor
+  /// (`registerOwned`).
+  func evict(_ entry: IOEntry, from tables: inout Tables) {
     tables.byDescriptor[entry.fd] = nil
     tables.byToken[entry.token] = nil
     entry.state.withLock { $0.evicted = true }

@@ -52,9 +52,10 @@ final class IODriver: @unchecked Sendable {
     var owned: [UInt64: OwnedRegistration] = [:]
     var nextToken: UInt64 = 1
   }
-  /// Protected by: its lock, taken before an entry's own lock and held only for the tables
-  /// (and for the owned registrations' `epoll_ctl`s, which are rare). An entry's fields and
-  /// its `epoll_ctl`s are behind the entry's lock (`IOEntry.state`).
+  /// Protected by: its lock, taken before an entry's own lock. Held for the tables, and by
+  /// `register` and `unregister` (with the entry's lock inside it) and the owned
+  /// registrations around their `epoll_ctl`s; the per-event paths hold it for a lookup only.
+  /// An entry's fields and its `epoll_ctl`s are behind the entry's lock (`IOEntry.state`).
   let lock = LockedValue(Tables())
 
   /// Atomic. 1 while a driver thread holds the poller role (it alone calls `epoll_wait`).

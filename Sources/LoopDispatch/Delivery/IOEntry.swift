@@ -10,10 +10,10 @@ import CLoopShims
 ///
 /// 1. **One registration per file.** The entry has one `epoll_ctl` registration, always
 ///    `EPOLLONESHOT`, whose events are the interests in `armed`. `armed` is what the kernel
-///    has enabled, or is about to report: every report passes through `IODriver.dispatch`,
-///    which updates `armed` under the lock before handing the event out.
+///    has enabled, or is about to report: every report passes through `IODriver.fire` (from
+///    `dispatch`), which updates `armed` under the entry's lock before handing the event out.
 /// 2. **A report disarms the fired interests and hands them to every source of each.** The
-///    kernel disabled the whole registration; `fire` clears the fired interests from `armed`
+///    kernel disabled the whole registration; `State.fire` clears the fired interests from `armed`
 ///    (the dispatcher re-enables the others at once), marks every source of a fired interest
 ///    as *owing* a delivery and clears the interest's `deliveredSinceFire`. The marks are made
 ///    under the lock before any source is signalled, so a delivery that finishes at once on

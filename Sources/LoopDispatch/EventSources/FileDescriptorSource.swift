@@ -232,14 +232,16 @@ final class FileDescriptorCore: SourceCore, @unchecked Sendable {
   override var protocolDescription: String {
     let entry = watchState.withLock { $0.entry }
     guard let entry else { return super.protocolDescription + ", no driver entry" }
-    let current = entry.driver.lock.withLock { $0.byToken[entry.token] === entry }
-    let registration = entry.state.withLock { state in
-      let sources = state[interest]
-      return "entry fd \(entry.fd) token \(entry.token) armed \(state.armed)"
-        + " sources \(sources.cores.count) owing \(sources.owing)"
-        + " deliveredSinceFire \(sources.deliveredSinceFire)"
-        + " evicted \(state.evicted) removed \(state.removed)"
-        + " current \(current)"
+    // Both locks, in their order (tables, then entry): one consistent snapshot.
+    let registration = entry.driver.lock.withLock { tables in
+      entry.state.withLock { state in
+        let sources = state[interest]
+        return "entry fd \(entry.fd) token \(entry.token) armed \(state.armed)"
+          + " sources \(sources.cores.count) owing \(sources.owing)"
+          + " deliveredSinceFire \(sources.deliveredSinceFire)"
+          + " evicted \(state.evicted) removed \(state.removed)"
+          + " current \(tables.byToken[entry.token] === entry)"
+      }
     }
     // Whether the number still names the source's file: false when something closed it
     // (and perhaps reopened the number) while the source watched it.
