@@ -178,6 +178,8 @@ final class IODriver: @unchecked Sendable {
   /// period (the same run seen at two expiries), then returns so the caller takes the role.
   /// A period with no inline run at all disarms the watchdog (an idle driver sleeps for good).
   private func standBy() {
+    // About to sleep on the watchdog: no deferred pool wake-up may wait for this thread.
+    WorkerPool.payOwedWake()
     var lastSequence = inlineSequence.load(ordering: .acquiring)
     var quietPeriods = 0
     while true {
@@ -326,6 +328,9 @@ final class IODriver: @unchecked Sendable {
         expected: false, desired: true, ordering: .acquiringAndReleasing
       ).exchanged
     else { return false }
+    // The batch's other events went to their queues so that workers run them meanwhile: a
+    // wake-up their submission deferred is made before this thread is busy with the handler.
+    WorkerPool.payOwedWake()
     inlineRuns.wrappingAdd(1, ordering: .relaxed)
     inlineSequence.wrappingAdd(1, ordering: .sequentiallyConsistent)
     armWatchdog()  // A system call only when the watchdog was idle.

@@ -6,8 +6,9 @@ import Synchronization
 ///
 /// Walk-through:
 /// 1. The supervisor thread sleeps without a timeout while the pool keeps up. A submission
-///    that finds no idle worker calls `noteWorkWaiting()`, which wakes it (one futex wake per
-///    sleep, not per submission).
+///    that finds no idle worker, or defers its wake-up (`WorkerPool+DeferredWake.swift`),
+///    calls `noteWorkWaiting()`, which wakes it (one futex wake per sleep, not per
+///    submission). While deferrals are suspended it sleeps until their end, once.
 /// 2. Awake, it checks every `tick` (5 ms): if jobs are waiting, no worker is idle or
 ///    searching, no job has started since the last tick, and fewer workers are runnable
 ///    (state `R` in `/proc/self/task/<tid>/stat`, or CPU time that grew since the last look)
@@ -29,6 +30,17 @@ final class PoolSupervisor: @unchecked Sendable {
 
   /// How often a stalled pool is checked.
   let tick: Duration = .milliseconds(5)
+  #if DEBUG
+    /// Tests: set, a tick never wakes a parked worker for waiting jobs (`DeferredWakeTests`
+    /// sees a deferred wake-up paid by its submitter alone).
+    static let idleWakeOff = Atomic<Bool>(false)
+    static var idleWakeAllowed: Bool { !idleWakeOff.load(ordering: .relaxed) }
+  #else
+    static var idleWakeAllowed: Bool { true }
+  #endif
+
+  /// How long deferred wake-ups stay off after a tick had to wake a parked worker.
+  let deferralPause: Duration = .seconds(1)
   /// How long after a refused worker start the supervisor waits before trying again.
   let retryDelay: Duration = .seconds(1)
   /// 0 awake, 1 asleep without a timeout (waiting for `noteWorkWaiting`).
@@ -75,6 +87,9 @@ final class PoolSupervisor: @unchecked Sendable {
     let tickNanoseconds = UInt64(tick.saturatingNanoseconds)
     // No worker start before this instant (monotonic): set after a refused start.
     var retryAt = Deadline(uptimeNanoseconds: 0)
+    // Deferred wake-ups stay off until this instant (monotonic nanoseconds) once a tick had
+    // to wake a parked worker for waiting jobs (`WorkerPool+DeferredWake.swift`, rule 3).
+    var deferralResumesAt: UInt64 = 0
     while true {
       if !pool.hasWaitingWork {
         if !ThreadName.lookIsDue {
@@ -89,7 +104,17 @@ final class PoolSupervisor: @unchecked Sendable {
           word.atomic.pointee.store(1, ordering: .sequentiallyConsistent)
           if !pool.hasWaitingWork && !ThreadName.lookIsDue {
             while word.atomic.pointee.load(ordering: .acquiring) == 1 {
-              word.wait(whileEqualTo: 1)
+              guard pool.deferral.isSuspended else {
+                word.wait(whileEqualTo: 1)
+                continue
+              }
+              // Suspended deferrals end on time even in an idle process: one timed sleep.
+              let now = Deadline.now.uptimeNanoseconds
+              if now >= deferralResumesAt {
+                pool.deferral.resume()
+              } else {
+                word.wait(whileEqualTo: 1, timeoutNanoseconds: deferralResumesAt - now)
+              }
             }
           } else {
             word.atomic.pointee.store(0, ordering: .relaxed)
@@ -108,6 +133,9 @@ final class PoolSupervisor: @unchecked Sendable {
       }
       word.wait(whileEqualTo: 0, timeoutNanoseconds: tickNanoseconds)
       countPoolEvent(.supervisorTick)
+      if pool.deferral.isSuspended && Deadline.now.uptimeNanoseconds >= deferralResumesAt {
+        pool.deferral.resume()
+      }
       if ThreadName.lookIsDue { ThreadName.catchUp() }
       let started = pool.jobsStarted
       defer { lastStarted = started }
@@ -120,9 +148,17 @@ final class PoolSupervisor: @unchecked Sendable {
         if !pool.serveOvercommitShortfall() { retryAt = .now + retryDelay }
       }
       guard started == lastStarted, pool.queuedJobCount > 0 else { continue }
-      // Jobs waited a whole tick and none started. A parked worker means a wake-up was missed
-      // (or a rescued slot job needs one): wake it rather than grow.
-      if pool.wakeIdleWorker() { continue }
+      // Jobs waited a whole tick and none started. A parked worker means a wake-up was missed,
+      // or deferred by a submitter that then blocked where it could not pay, or while a
+      // running worker blocked in the kernel (`WorkerPool+DeferredWake.swift`, rule 3); or a
+      // rescued slot job needs one: wake it rather than grow. Deferrals then stay off for
+      // `deferralPause`, so a pattern that keeps meeting this tick pays it once, not per job.
+      if Self.idleWakeAllowed && pool.wakeIdleWorker() {
+        pool.deferral.suspend()
+        deferralResumesAt =
+          Deadline.now.uptimeNanoseconds + UInt64(deferralPause.saturatingNanoseconds)
+        continue
+      }
       guard pool.searching.load(ordering: .relaxed) == 0 else { continue }
       if Deadline.now >= retryAt && everyWorkerIsBlocked(pool) {
         if case .refused = pool.spawnWorker(isExtra: true) { retryAt = .now + retryDelay }

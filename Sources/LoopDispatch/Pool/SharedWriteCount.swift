@@ -52,6 +52,10 @@ package enum SharedWritePath: Int, CaseIterable, Sendable {
   /// diverted drains raised, and lowered when it ends (2; none when the drain's slot passes
   /// to the queue's next drain, or the cap refuses it; 2 for a race lost at the cap).
   case divertedDrain
+  /// A worker asleep inside a job counts itself in `WakeDeferral.blockedInJobs` and out again
+  /// (2 per sleep; `WorkerPool+DeferredWake.swift`, rule 4); a tick that woke a worker for
+  /// waiting jobs suspends the deferrals, and their end resumes them (1 each).
+  case wakeDeferral
 }
 
 /// Events that the counts are judged against (not writes).

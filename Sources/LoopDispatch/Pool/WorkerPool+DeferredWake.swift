@@ -17,42 +17,54 @@ import Synchronization
 /// was not parallelism: there was no CPU for it.
 ///
 /// The rules:
-/// 1. **When a wake-up is deferred.** A submission onto an injection queue from a thread that
-///    is not a worker (`enqueue`), when no worker is searching (those own the job already:
-///    rule 1 of `WorkerPool+Parking.swift`), the pool has only its base workers, none of them
-///    is asleep inside a job in one of LoopDispatch's waits (`blockedInJobs`, rule 4), at least
-///    one is running, and the running ones plus the submitting thread fill the CPU budget
-///    (`CPUBudget.cpus`). Then a woken worker could only take a CPU from the submitter or
-///    from a running worker, which comes back for the job after its current one. The
-///    submitter wakes nobody, tells the supervisor (`noteWorkWaiting`: a wake only when it
-///    sleeps) and remembers, in a thread-local flag, that it owes a wake-up.
-/// 2. **The submitter pays what it owes before it blocks.** Every wait of LoopDispatch sleeps
+/// 1. **When a wake-up is deferred.** A submission onto an injection queue, at the default
+///    lane or below, from a thread that is not a worker (`enqueue`), when no worker is
+///    searching (those own the job already: rule 1 of `WorkerPool+Parking.swift`), the pool
+///    has never grown past its base workers nor been refused one, no worker is asleep inside a
+///    job in one of LoopDispatch's waits (rule 4), deferrals are not suspended (rule 3), at
+///    least one base worker is running, and the running ones plus the submitting thread fill
+///    the CPU budget (`CPUBudget.cpus`). Then a woken worker could only take a CPU from the
+///    submitter or from a running worker, which comes back for the job after its current one
+///    (at once for a job of a higher lane than its own; within a few jobs otherwise: the
+///    run-next and injection fairness rules). The submitter wakes nobody, tells the
+///    supervisor (`noteWorkWaiting`: a futex wake only when it sleeps) and remembers, in a
+///    thread-local flag, that it owes a wake-up.
+/// 2. **The submitter pays what it owes before it blocks.** LoopDispatch's waits sleep
 ///    through `FutexWord.wait`, which calls `flushBeforeBlocking`: a thread that owes a
 ///    wake-up makes it there (`notifyWork`, if work is still queued). So do the event loops
 ///    before a poll that may block (the main loop and the service loop, through MainLoop's
-///    `BlockingHook`) and the I/O driver's poller before each `epoll_wait`. A submitter that
-///    fans out and waits (a group, a semaphore, `sync`) thus gets every CPU the moment it
-///    stops using its own.
-/// 3. **The supervisor covers the rest.** A submitter that blocks elsewhere (a `read`, a
-///    `sleep`), or a running worker whose job blocks in the kernel outside LoopDispatch, leaves
-///    the job queued with a parked worker: the supervisor, told in rule 1, sees jobs wait a
-///    whole tick with none started and wakes the parked worker (`PoolSupervisor.run`). So a
-///    deferred job waits at most about two ticks (10 ms) when nothing else moves, never for
-///    good.
+///    `BlockingHook`), the I/O driver's poller before each `epoll_wait` and before an inline
+///    handler, its standby before it sleeps, and `apply` once it has asked for helpers. A
+///    submitter that fans out and waits (a group, a semaphore, `sync`) thus gets every CPU
+///    the moment it stops using its own.
+/// 3. **The supervisor covers the rest, and learns.** A submitter that blocks elsewhere (a
+///    `read`, a `pthread` lock, `sleep`) or exits, or a running worker that blocks in the
+///    kernel outside LoopDispatch, leaves the job queued with a parked worker: the
+///    supervisor, told in rule 1, sees jobs wait a whole tick with none started and wakes
+///    the parked worker (`PoolSupervisor.run`), about 5–10 ms late. It then suspends
+///    deferrals for `deferralPause` (1 s), so a pattern that keeps meeting that tick (a
+///    request and its answer between a thread blocked in `poll` and a worker blocked in
+///    `read`) pays it once a second, not per job. A deferred job is never stranded: the
+///    supervisor stays awake while jobs wait. It may wait longer than a tick while the
+///    running worker keeps starting jobs of its own lane from its slot or local queue: up to
+///    those fairness rules' few jobs.
 /// 4. **Workers asleep in a job do not count as running.** A worker inside a job that sleeps
 ///    in `FutexWord.wait` (a semaphore, a group's wait, a `sync` on a busy queue) counts itself
-///    in `blockedInJobs` for the sleep: while any does, rule 1 never defers, so the job such a
-///    worker waits for is never left to the supervisor's tick.
+///    in `blockedInJobs` for the sleep; while any does, rule 1 never defers. Counted first,
+///    then it looks for queued jobs and wakes a worker for them if any (both sequentially
+///    consistent, against the submitter's publication and its load of the count: Dekker), so
+///    the job such a worker waits for is never left to the supervisor's tick.
 ///
-/// What a deferral costs: a load of `searching` (as before), of `blockedInJobs` and of the
-/// idle word, and a thread-local store. No shared write.
+/// What a deferral costs the submitter: loads of `searching`, of the deferral words and of
+/// the idle word, and a thread-local store; no shared write but `noteWorkWaiting`'s, once per
+/// supervisor sleep.
 extension WorkerPool {
   /// Rule 1, after an outside submitter published its job on an injection queue.
   @inline(__always)
-  func notifyWorkFromOutside() {
+  func notifyWorkFromOutside(lane: Int) {
     poolProbe(.notify)
     if searching.load(ordering: .sequentiallyConsistent) > 0 { return }
-    if everyCPUIsTaken() {
+    if lane <= Priority.default.rawValue && everyCPUIsTaken() {
       ThreadSlots.setOwesWake(true)
       countPoolEvent(.wakeDeferred)
       supervisor.noteWorkWaiting()
@@ -66,7 +78,8 @@ extension WorkerPool {
   @inline(__always)
   private func everyCPUIsTaken() -> Bool {
     guard baseThreads <= 64, tableCount.load(ordering: .relaxed) == baseThreads,
-      deferral.blockedInJobs.load(ordering: .sequentiallyConsistent) == 0
+      deferral.blockedInJobs.load(ordering: .sequentiallyConsistent) == 0,
+      !deferral.isSuspended, refusedSpawns.load(ordering: .relaxed) == 0
     else { return false }
     // Base workers hold the lowest indices (started first, never retired): bits 0..<base.
     let baseMask: UInt64 = baseThreads == 64 ? ~0 : (UInt64(1) << UInt64(baseThreads)) &- 1
@@ -96,6 +109,7 @@ extension WorkerPool {
   @inline(__always)
   func sleepsInJob(_ worker: Worker) -> Bool {
     guard worker.busy.load(ordering: .relaxed) else { return false }
+    countSharedWrite(.wakeDeferral, 2)  // This add and `wokeInJob`'s subtract.
     deferral.blockedInJobs.wrappingAdd(1, ordering: .sequentiallyConsistent)
     return true
   }
@@ -114,7 +128,25 @@ final class WakeDeferral: Sendable {
   private let padBefore = CacheLinePad()
   /// Atomic. Workers asleep inside a job in `FutexWord.wait` (rule 4).
   let blockedInJobs = Atomic<Int>(0)
+  /// Atomic. Deferrals are off (rule 3): set and cleared by the supervisor only. Relaxed: a
+  /// stale value defers one wake-up the supervisor covers, or wakes one worker at once.
+  private let suspended = Atomic<Bool>(false)
   private let padAfter = CacheLinePad()
+
+  var isSuspended: Bool { suspended.load(ordering: .relaxed) }
+
+  /// Supervisor thread.
+  func suspend() {
+    guard !suspended.load(ordering: .relaxed) else { return }
+    countSharedWrite(.wakeDeferral)
+    suspended.store(true, ordering: .relaxed)
+  }
+
+  /// Supervisor thread.
+  func resume() {
+    countSharedWrite(.wakeDeferral)
+    suspended.store(false, ordering: .relaxed)
+  }
 }
 
 /// The hook the event loops call before a poll that may block (rule 2): installed once, when

@@ -11,7 +11,8 @@ import Synchronization
 ///    worker's own job: `WorkerPool+RunNext.swift`), else the calling worker's local queue of
 ///    the job's lane (`LocalQueue`), else — from a thread that is not a worker, or when the
 ///    local queue is full — the lane's injection queue (`InjectionQueue`). Then
-///    `notifyWork` wakes one parked worker unless one is searching.
+///    `notifyWork` wakes one parked worker unless one is searching (a thread that is not a
+///    worker may defer that wake while every CPU is taken: `WorkerPool+DeferredWake.swift`).
 /// 2. A worker takes, for each lane from the highest: its local queue, then the lane's
 ///    injection queue (moving up to a share of it into its local queue in one go, so the next
 ///    jobs cost no shared write). When both are empty in every lane it steals half of another
@@ -240,7 +241,7 @@ final class WorkerPool: @unchecked Sendable {
     injection[lane].push(node)
     if ThreadSlots.worker() == nil {
       countSharedWrite(.submitOutside, 3)
-      notifyWorkFromOutside()
+      notifyWorkFromOutside(lane: lane)
     } else {
       countSharedWrite(.submitRequeue, 3)
       notifyWork()

@@ -107,6 +107,9 @@ extension Queue {
           async { run.participate() }
         }
       }
+      // Helpers are a request for parallelism: a wake-up their submission deferred because
+      // every CPU looked taken (`WorkerPool+DeferredWake.swift`) is made now.
+      WorkerPool.payOwedWake()
       run.participate()
       if run.finished.load(ordering: .acquiring) != iterations { run.allDone.wait() }
       run.work = nil
