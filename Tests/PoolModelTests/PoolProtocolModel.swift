@@ -51,6 +51,14 @@ struct PoolModel {
     /// A worker that leaves a park (woken, or its re-check found work) owes nothing: only a
     /// spin that found work passes the wake on.
     case fixedOnlyAfterSpins
+    /// The fixed code where E, off the pool, may defer the wake-up of its last push, J3's
+    /// (`WorkerPool+DeferredWake.swift`): after it, E either runs `notifyWork` or only tells
+    /// the supervisor, as the model chooses (the code's condition picks some of these paths).
+    /// The last push's: with nothing submitted after it, its wake-up is nobody else's to
+    /// pass on. (Choosing at both pushes grows the space past the explorer's bound.)
+    case fixedDeferring
+    /// `fixedDeferring` whose deferral forgets to tell the supervisor.
+    case fixedDeferringSilently
   }
 
   static let workers = 3
@@ -410,12 +418,27 @@ extension PoolModel {
     case .noteSupervisor:
       if state.supervisorWord == 1 { next.supervisorWord = 0 }
       returnFromNotify()
-    case .ePushS:
-      next.push(Self.jobS, ModelState.injection(1))
-      notify(then: .ePushJ3)
-    case .ePushJ3:
-      next.push(Self.jobJ3, ModelState.injection(0))
-      notify(then: .eDone)
+    case .ePushS, .ePushJ3:
+      let isS = pc == .ePushS
+      next.push(isS ? Self.jobS : Self.jobJ3, ModelState.injection(isS ? 1 : 0))
+      let after: ModelPC = isS ? .ePushJ3 : .eDone
+      guard !isS, protocolVersion == .fixedDeferring || protocolVersion == .fixedDeferringSilently
+      else {
+        notify(then: after)
+        break
+      }
+      // Deferred: no `notifyWork`; `noteWorkWaiting` (or, broken on purpose, nothing). The
+      // debt E keeps is paid only if it blocks in LoopDispatch, which E never does here: the
+      // supervisor alone must cover it.
+      var deferred = next
+      if protocolVersion == .fixedDeferring {
+        deferred.setRet(thread, after.rawValue)
+        deferred.setPC(thread, ModelPC.noteSupervisor.rawValue)
+      } else {
+        deferred.setPC(thread, after.rawValue)
+      }
+      notify(then: after)
+      return [next, deferred]
     case .eDone:
       return []
     case .supTop:

@@ -42,6 +42,25 @@ struct PoolProtocolModelTests {
     #expect(violation.hasPrefix("stranded: W0.local[1] = J1;"), "\(violation)")
   }
 
+  /// Deferred wake-ups (`WorkerPool+DeferredWake.swift`): the submitter off the pool may leave
+  /// any of its wake-ups to the supervisor, which it tells; no job is stranded, whichever it
+  /// defers. (The model's tick wakes a parked worker whenever work waits, a little more than
+  /// the code, which waits for a tick with no job started: the supervisor's help is what
+  /// rule 3 rests on, and the model checks that it is always asked for.)
+  @Test func deferredWakesLeftToTheSupervisorStrandNothing() {
+    let result = ModelExplorer(model: PoolModel(protocolVersion: .fixedDeferring)).explore()
+    #expect(result.violation == nil, "\(result.violation ?? "") after \(result.states) states")
+    #expect(result.states > 5_000_000, "only \(result.states) states")
+  }
+
+  /// A deferral that does not tell the supervisor strands a job (E never blocks, so it never
+  /// pays).
+  @Test func aDeferralThatTellsNobodyStrandsAJob() {
+    let model = PoolModel(protocolVersion: .fixedDeferringSilently)
+    let violation = ModelExplorer(model: model).explore().violation ?? "none"
+    #expect(violation.hasPrefix("stranded"), "\(violation)")
+  }
+
   /// A waker that claims a bit and never delivers the wake is caught.
   @Test func aClaimedWakeThatIsNeverDeliveredIsFound() {
     let result = ModelExplorer(model: PoolModel(protocolVersion: .fixedWithoutUnpark)).explore()

@@ -55,6 +55,11 @@ import Synchronization
 ///    consistent, against the submitter's publication and its load of the count: Dekker), so
 ///    the job such a worker waits for is never left to the supervisor's tick.
 ///
+/// Checked: `DeferredWakeTests` (rules 1–4, each in a process with a two-CPU budget) and the
+/// pool's model, whose submitter off the pool may leave its last wake-up to the supervisor
+/// (`PoolProtocolModelTests.deferredWakesLeftToTheSupervisorStrandNothing`; a deferral that
+/// tells nobody strands a job there).
+///
 /// What a deferral costs the submitter: loads of `searching`, of the deferral words and of
 /// the idle word, and a thread-local store; no shared write but `noteWorkWaiting`'s, once per
 /// supervisor sleep.

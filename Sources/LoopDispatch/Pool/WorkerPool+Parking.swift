@@ -21,7 +21,7 @@ import Synchronization
 ///    (`noteWorkWaiting`, the supervisor's own Dekker pair, `PoolSupervisor.run`). A submitter
 ///    outside the pool may instead defer the wake while every CPU is taken, and make it before
 ///    it blocks, the supervisor covering the rest (`WorkerPool+DeferredWake.swift`): the model
-///    below explores the immediate wake only.
+///    lets the submitter off the pool defer its last wake-up (`.fixedDeferring`).
 /// 2. A parking worker sets its bit, then loads every queue's count (`hasQueuedWork`). In S,
 ///    either a submitter's loads come after the bit (it sees the bit, or a searcher) or the
 ///    worker's loads come after the publication (it sees the job and stays up).
