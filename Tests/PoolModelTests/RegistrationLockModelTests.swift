@@ -118,6 +118,20 @@ private struct RegistrationState: Hashable {
   var registrationOfA = 1
   var registrationOfB = 0
   var bWasAdded = false
+
+  /// An `epoll_ctl` on the number: sets the token of the registration of the file the
+  /// number names now (0 deletes it); says which one it reached, or `ENOENT`.
+  mutating func reachRegistration(settingTokenTo token: Int) -> String {
+    if numberNames == 1 && registrationOfA != 0 {
+      registrationOfA = token
+      return "A's registration"
+    }
+    if numberNames == 2 && registrationOfB != 0 {
+      registrationOfB = token
+      return "B's registration"
+    }
+    return "ENOENT"
+  }
 }
 
 /// Explores every interleaving; returns the steps to the first misdirected or lost
@@ -158,36 +172,22 @@ private func misdirected(_ model: RegistrationModel, states: inout Int) -> [Stri
       next.found[t] = state.aInTables
       return ("\(name): A in tables = \(state.aInTables)", next)
     case .modifyWithA:
-      switch state.numberNames {
-      case 1 where state.registrationOfA != 0:
-        next.registrationOfA = 1
-        return ("\(name): MOD number with token A -> A's registration", next)
-      case 2 where state.registrationOfB != 0:
-        next.registrationOfB = 1
-        return ("\(name): MOD number with token A -> B's registration", next)
-      default:
-        return ("\(name): MOD number with token A -> ENOENT", next)
-      }
+      // epoll keys a registration by (file, number): the call reaches the registration of
+      // the file the number names now, if it has one.
+      let reached = next.reachRegistration(settingTokenTo: 1)
+      return ("\(name): MOD number with token A -> \(reached)", next)
     case .addB:
       next.registrationOfB = 2
       next.bWasAdded = true
       return ("\(name): ADD number with token B", next)
     case .deleteNumber:
-      switch state.numberNames {
-      case 1 where state.registrationOfA != 0:
-        next.registrationOfA = 0
-        return ("\(name): DEL number -> A's registration", next)
-      case 2 where state.registrationOfB != 0:
-        next.registrationOfB = 0
-        return ("\(name): DEL number -> B's registration", next)
-      default:
-        return ("\(name): DEL number -> ENOENT", next)
-      }
+      let reached = next.reachRegistration(settingTokenTo: 0)
+      return ("\(name): DEL number -> \(reached)", next)
     case .evictA:
       next.aGone = true
       return ("\(name): evict A", next)
     case .removeA:
-      if t == 3 { next.aGone = true }  // unregister marks it removed
+      if name == "canceller" { next.aGone = true }  // unregister marks it removed
       next.aInTables = false
       return ("\(name): A out of the tables", next)
     case .insertB:
