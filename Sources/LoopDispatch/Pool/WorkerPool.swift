@@ -222,7 +222,8 @@ final class WorkerPool: @unchecked Sendable {
     let lane = node.pointee.lane
     poolProbe(.submit)
     // Borrowed, not retained: the calling thread's own worker (see `Worker.current`).
-    if !yielding, let raw = ThreadSlots.worker(),
+    let ownWorker = ThreadSlots.worker()
+    if !yielding, let raw = ownWorker,
       Unmanaged<Worker>.fromOpaque(raw)._withUnsafeGuaranteedRef({ worker in
         guard lane >= worker.runningLane else { return false }
         if runNext && fillRunNext(of: worker, with: node, lane: lane) {
@@ -239,7 +240,7 @@ final class WorkerPool: @unchecked Sendable {
       return
     }
     injection[lane].push(node)
-    if ThreadSlots.worker() == nil {
+    if ownWorker == nil {
       countSharedWrite(.submitOutside, 3)
       notifyWorkFromOutside(lane: lane)
     } else {
