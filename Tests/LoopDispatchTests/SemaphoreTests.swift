@@ -223,14 +223,14 @@ import Testing
 
   #if DEBUG
     /// Step 5 of `Semaphore`, in a child process whose threads are pinned to one CPU each:
-    /// a wait whose last waking signal came from another thread on its CPU sleeps without
-    /// spinning; one whose last waking signal was its own (a semaphore used as a lock), or
+    /// a wait whose last waking signal came from another thread on its CPU does not spin
+    /// (it yields, step 6, then sleeps); one whose last waking signal was its own (a semaphore used as a lock), or
     /// came from another CPU, spins first. (Checked: with the spin never skipped, the first
     /// wait does not skip; with the thread not compared, the second does; with the CPU not
     /// compared, the third does.) On a machine that lets the process use one CPU only, the
     /// last part has no other CPU to signal from and is left out; where the CPU cannot be
     /// read, the rule never applies and there is nothing to test.
-    @Test func aWaiterSleepsAtOnceWhenAnotherThreadOnItsCPUSignalledLast() async {
+    @Test func aWaiterSkipsItsSpinWhenAnotherThreadOnItsCPUSignalledLast() async {
       await #expect(processExitsWith: .success) {
         let home = cls_current_cpu()
         guard home >= 0 else { exit(0) }
@@ -281,6 +281,69 @@ import Testing
         // A thread on another CPU signalled last: this thread spins.
         wakeWaiter(of: semaphore, on: away, signalFrom: away)
         exit(skipsOfOwnWait() == 0 ? 0 : 13)
+      }
+    }
+  #endif
+
+  #if DEBUG
+    /// Step 6 of `Semaphore`, in a child process whose two threads ping-pong pinned to one
+    /// CPU, with `others` busy threads pinned there too. Returns once `done` holds for the
+    /// two semaphores' hand-offs (exit 0), or fails after 10 s of round trips (exit 9).
+    static func pingPongOnOneCPU(
+      others: Int, until done: @escaping (YieldHandOff, YieldHandOff) -> Bool
+    ) -> Never {
+      let home = cls_current_cpu()
+      guard home >= 0 else { exit(0) }
+      guard cls_pin_calling_thread(home) == 0 else { exit(2) }
+      let ping = Semaphore(value: 0)
+      let pong = Semaphore(value: 0)
+      /// Set once the round trips are over: the busy threads and the partner return.
+      final class Flag: Sendable { let raised = Atomic<Bool>(false) }
+      let stop = Flag()
+      let busy = (0..<others).map { _ in
+        SyncTestThread.start {
+          if cls_pin_calling_thread(home) != 0 { exit(3) }
+          while !stop.raised.load(ordering: .relaxed) {}
+        }
+      }
+      let partner = SyncTestThread.start {
+        if cls_pin_calling_thread(home) != 0 { exit(4) }
+        while true {
+          ping.wait()
+          if stop.raised.load(ordering: .relaxed) { return }
+          pong.signal()
+        }
+      }
+      let end = Deadline.now + .seconds(10)
+      var reached = false
+      while !reached && Deadline.now < end {
+        for _ in 0..<100 {
+          ping.signal()
+          pong.wait()
+        }
+        reached = done(ping.handOff, pong.handOff)
+      }
+      stop.raised.store(true, ordering: .relaxed)
+      ping.signal()
+      if !partner.join() { exit(5) }
+      for thread in busy where !thread.join() { exit(6) }
+      exit(reached ? 0 : 9)
+    }
+
+    /// Two threads that ping-pong on one CPU hand it to each other: a wait takes its token
+    /// after a yield. (Checked: without step 6, no wait does, and this fails after 10 s.)
+    @Test func aPingPongOnOneCPUTakesItsTokensAfterYields() async {
+      await #expect(processExitsWith: .success) {
+        Self.pingPongOnOneCPU(others: 0) { ping, pong in ping.handOffs + pong.handOffs > 0 }
+      }
+    }
+
+    /// Beside a busy thread on the same CPU, a yield hands that thread a time slice: the
+    /// hand-off sees the slow yield and pauses its yields. (Checked: with the slow yield not
+    /// noticed, no pause begins, and this fails after 10 s.)
+    @Test func aBusyThreadOnTheSameCPUPausesTheYields() async {
+      await #expect(processExitsWith: .success) {
+        Self.pingPongOnOneCPU(others: 1) { ping, pong in ping.pauses + pong.pauses > 0 }
       }
     }
   #endif
