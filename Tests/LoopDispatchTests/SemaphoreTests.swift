@@ -223,9 +223,9 @@ import Testing
 
   #if DEBUG
     /// Step 5 of `Semaphore`, in a child process whose threads are pinned to one CPU each:
-    /// a wait whose last waking signal came from another thread on its CPU does not spin
-    /// (it yields, step 6, then sleeps); one whose last waking signal was its own (a semaphore used as a lock), or
-    /// came from another CPU, spins first. (Checked: with the spin never skipped, the first
+    /// a wait whose last waking signal came from another thread on its CPU does not spin (it
+    /// yields, step 6, then sleeps); one whose last waking signal was its own (a semaphore
+    /// used as a lock), or came from another CPU, spins first. (Checked: with the spin never skipped, the first
     /// wait does not skip; with the thread not compared, the second does; with the CPU not
     /// compared, the third does.) On a machine that lets the process use one CPU only, the
     /// last part has no other CPU to signal from and is left out; where the CPU cannot be
@@ -287,10 +287,12 @@ import Testing
 
   #if DEBUG
     /// Step 6 of `Semaphore`, in a child process whose two threads ping-pong pinned to one
-    /// CPU, with `others` busy threads pinned there too. Returns once `done` holds for the
-    /// two semaphores' hand-offs (exit 0), or fails after 10 s of round trips (exit 9).
+    /// CPU, with `others` busy threads pinned there too. Exits 0 once `done` holds for the two
+    /// semaphores, or fails after 10 s of round trips (exit 9), or when a wait takes 10 s
+    /// (exit 10: a lost token). Where the CPU cannot be read, step 5 never applies, so
+    /// there is nothing to test: exits 0.
     static func pingPongOnOneCPU(
-      others: Int, until done: @escaping (YieldHandOff, YieldHandOff) -> Bool
+      others: Int, until done: @escaping (LoopDispatch.Semaphore, LoopDispatch.Semaphore) -> Bool
     ) -> Never {
       let home = cls_current_cpu()
       guard home >= 0 else { exit(0) }
@@ -309,7 +311,7 @@ import Testing
       let partner = SyncTestThread.start {
         if cls_pin_calling_thread(home) != 0 { exit(4) }
         while true {
-          ping.wait()
+          if ping.wait(timeout: .seconds(10)) != .success { exit(10) }
           if stop.raised.load(ordering: .relaxed) { return }
           pong.signal()
         }
@@ -319,9 +321,9 @@ import Testing
       while !reached && Deadline.now < end {
         for _ in 0..<100 {
           ping.signal()
-          pong.wait()
+          if pong.wait(timeout: .seconds(10)) != .success { exit(10) }
         }
-        reached = done(ping.handOff, pong.handOff)
+        reached = done(ping, pong)
       }
       stop.raised.store(true, ordering: .relaxed)
       ping.signal()
@@ -334,7 +336,9 @@ import Testing
     /// after a yield. (Checked: without step 6, no wait does, and this fails after 10 s.)
     @Test func aPingPongOnOneCPUTakesItsTokensAfterYields() async {
       await #expect(processExitsWith: .success) {
-        Self.pingPongOnOneCPU(others: 0) { ping, pong in ping.handOffs + pong.handOffs > 0 }
+        Self.pingPongOnOneCPU(others: 0) { ping, pong in
+          ping.handOff.handOffs + pong.handOff.handOffs > 0
+        }
       }
     }
 
@@ -343,7 +347,9 @@ import Testing
     /// noticed, no pause begins, and this fails after 10 s.)
     @Test func aBusyThreadOnTheSameCPUPausesTheYields() async {
       await #expect(processExitsWith: .success) {
-        Self.pingPongOnOneCPU(others: 1) { ping, pong in ping.pauses + pong.pauses > 0 }
+        Self.pingPongOnOneCPU(others: 1) { ping, pong in
+          ping.handOff.pauses + pong.handOff.pauses > 0
+        }
       }
     }
   #endif

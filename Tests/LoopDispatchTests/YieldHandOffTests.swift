@@ -15,7 +15,7 @@ import Testing
   /// one repeats), and the token is there after yield number `tokenAfter` (1-based; nil:
   /// never). Returns whether it took the token, and how many times it yielded.
   static func run(
-    _ handOff: YieldHandOff, at start: UInt64, lengths: [UInt64], tokenAfter: Int?,
+    _ handOff: borrowing YieldHandOff, at start: UInt64, lengths: [UInt64], tokenAfter: Int?,
     deadline: UInt64 = .max
   ) -> (took: Bool, yields: Int) {
     var now = start

@@ -10,7 +10,8 @@ import Synchronization
 ///    (acquiring); a non-negative old value means a unit was available: no system call.
 /// 2. `signal` increments it (releasing); a negative old value means someone waits, so it
 ///    adds a wake token to `tokens`, and wakes one sleeper if `sleepers` counts one (the only
-///    system call). A waiter still spinning takes the token without a wake-up.
+///    system call). A waiter still spinning or yielding (step 6) takes the token without a
+///    wake-up.
 /// 3. A waiter spins for at most `spinNanoseconds` (or to its deadline), taking a token with
 ///    a CAS when one appears; then it counts itself in `sleepers`, looks at `tokens` once
 ///    more and sleeps on it while it is 0, until it can take one.
@@ -50,8 +51,8 @@ import Synchronization
 ///    the paths that already cost more: the signal that found a waiter records it, the
 ///    waiter about to spin reads it. It can misfire: where several threads take turns (a
 ///    semaphore used as a lock), the last signaller is not the next one, and a waiter that
-///    shares its CPU yields and sleeps where a spin might have caught the next signal, at the price of
-///    one sleep and wake-up. A CPU that cannot be read (-1) never skips the spin.
+///    shares its CPU yields and sleeps where a spin might have caught the next signal, at the
+///    price of up to 8 yields (16 µs) and one sleep and wake-up. A CPU that cannot be read (-1) never skips the spin.
 /// 6. Such a waiter does not sleep at once either: it yields the CPU to that signaller a few
 ///    times, taking its token after a yield without ever being taken off the run queue
 ///    (`YieldHandOff`: why, its bounds, and the pause after a yield that a third thread's time
@@ -103,8 +104,8 @@ public final class Semaphore: @unchecked Sendable {
     /// Debug builds, tests: when above 0, this semaphore's waiters spin this long instead,
     /// whatever time jumps they see, so that a test can hold a waiter in its spin.
     package let testSpinNanoseconds = Atomic<UInt64>(0)
-    /// Debug builds: waits that slept without spinning because the last signaller was
-    /// another thread on the waiter's CPU (step 5), for tests.
+    /// Debug builds: waits that skipped the spin (yielding, then sleeping: steps 5 and 6)
+    /// because the last signaller was another thread on the waiter's CPU, for tests.
     private let skippedSpins = Atomic<Int>(0)
     package var spinsSkippedOnSharedCPU: Int { skippedSpins.load(ordering: .relaxed) }
     /// Debug builds: `value` now (below 0: that many waiters are counted), for tests.

@@ -16,13 +16,17 @@ import Synchronization
 /// each, alternating with libdispatch): 2.2 µs a round trip with the yields, 3.4 µs sleeping,
 /// libdispatch (which sleeps) 3.2 µs.
 ///
-/// When it stops, and sleeps instead:
-/// - the token did not come within `yields` yields or `budgetNanoseconds` (the signaller is
-///   not about to signal, or it is not on this CPU after all and each yield returned at once);
-/// - one yield took longer than `SpinGovernor.preemptionGapNanoseconds`: a third thread held
-///   the CPU (a busy neighbour on this CPU, which a yield hands a whole time slice: 1.4 ms a
-///   round trip in the measurement above with one busy loop pinned beside the pair, against
-///   7.4 µs sleeping). Then yields are paused for this semaphore: for 1 ms after a slow
+/// When it stops, and sleeps instead (or times out, if the deadline came first: one yield
+/// can overrun the deadline by another thread's time slice, as a preempted spin can):
+/// - the token did not come within `yields` yields, `budgetNanoseconds` or the deadline (the
+///   signaller is not about to signal, or it is not on this CPU after all and each yield
+///   returned at once);
+/// - one yield took longer than `SpinGovernor.preemptionGapNanoseconds`: something other
+///   than a quick hand-off held the CPU. Mostly a third thread (a busy neighbour on this CPU,
+///   which a yield hands a whole time slice: 1.4 ms a round trip in the measurement above
+///   with one busy loop pinned beside the pair, against 7.4 µs sleeping); also a signaller
+///   that works 50 µs or more before it signals, or a hypervisor that took the CPU away, for
+///   which sleeping costs little beside the wait anyway. Then yields are paused for this semaphore: for 1 ms after a slow
 ///   yield, twice as long as the last pause after each slow yield that follows the last one
 ///   within `memoryNanoseconds`, up to about 1 s. While paused the waiter sleeps at once, as
 ///   before this step. A slow yield that still found its token counts as slow too.
@@ -33,11 +37,18 @@ import Synchronization
 ///   one doubling back, the pause stayed at 1–4 ms and the pinned `sema` above took 10–13
 ///   µs a round trip, against 7.1 for libdispatch.
 ///
+/// The figures are this VM's kernel (6.18, EEVDF): there a yield pushes the yielder's
+/// virtual deadline out by a slice, and only a sleep resets it, which is why a pair that
+/// never sleeps loses its place to a neighbour. Another scheduler may favour the yields more
+/// or less; the pause is what bounds the loss where they do not pay.
+///
 /// Memory order: `pausedUntil`, `lastSlow` and `pauseShift` are hints, loaded and stored
 /// relaxed (racing waiters may lose an update; a lost update changes how long the pause
 /// lasts, never whether a token is taken: the token count's protocol, `Semaphore` step 3, is
 /// untouched). Only a slow yield writes them, so the steady state writes none.
-package final class YieldHandOff: Sendable {
+///
+/// A non-copyable struct, stored inline in its `Semaphore` (no allocation of its own).
+package struct YieldHandOff: ~Copyable, Sendable {
   /// The most yields of one wait.
   static let yields = 8
   /// The longest a wait yields, from the start of its slow path.
@@ -58,10 +69,7 @@ package final class YieldHandOff: Sendable {
   /// Atomic. The doublings of the last pause.
   private let pauseShift = Atomic<Int>(0)
   #if DEBUG
-    /// Debug builds, tests: waits that yielded (not paused), waits that took their token
-    /// after a yield, and pauses begun.
-    private let attemptCount = Atomic<Int>(0)
-    package var attempts: Int { attemptCount.load(ordering: .relaxed) }
+    /// Debug builds, tests: waits that took their token after a yield, and pauses begun.
     private let handOffCount = Atomic<Int>(0)
     package var handOffs: Int { handOffCount.load(ordering: .relaxed) }
     private let pauseCount = Atomic<Int>(0)
@@ -87,9 +95,6 @@ package final class YieldHandOff: Sendable {
     now clock: () -> UInt64
   ) -> Bool {
     if start < pausedUntil.load(ordering: .relaxed) { return false }
-    #if DEBUG
-      attemptCount.wrappingAdd(1, ordering: .relaxed)
-    #endif
     let end = Swift.min(start &+ Self.budgetNanoseconds, deadline)
     var last = start
     for _ in 0..<Self.yields {
@@ -117,7 +122,8 @@ package final class YieldHandOff: Sendable {
   /// is recent, 1 ms otherwise.
   private func pause(at now: UInt64) {
     let last = lastSlow.load(ordering: .relaxed)
-    let recent = last != 0 && now &- last < Self.memoryNanoseconds
+    // A racing waiter may have stored a later instant than `now`: that is recent too.
+    let recent = last != 0 && (now < last || now - last < Self.memoryNanoseconds)
     let shift = recent ? Swift.min(pauseShift.load(ordering: .relaxed) + 1, Self.maxPauseShift) : 0
     pauseShift.store(shift, ordering: .relaxed)
     lastSlow.store(now, ordering: .relaxed)
