@@ -224,12 +224,12 @@ import Testing
   #if DEBUG
     /// Step 5 of `Semaphore`, in a child process whose threads are pinned to one CPU each:
     /// a wait whose last waking signal came from another thread on its CPU does not spin (it
-    /// yields, step 6, then sleeps); one whose last waking signal was its own (a semaphore
-    /// used as a lock), or came from another CPU, spins first. (Checked: with the spin never skipped, the first
-    /// wait does not skip; with the thread not compared, the second does; with the CPU not
-    /// compared, the third does.) On a machine that lets the process use one CPU only, the
-    /// last part has no other CPU to signal from and is left out; where the CPU cannot be
-    /// read, the rule never applies and there is nothing to test.
+    /// yields, step 6, then sleeps); one whose last waking signal was its own (a semaphore used as
+    /// a lock), or came from another CPU, spins first. (Checked: with the spin never skipped, the
+    /// first wait does not skip; with the thread not compared, the second does; with the CPU not
+    /// compared, the third does.) On a machine that lets the process use one CPU only, the last
+    /// part has no other CPU to signal from and is left out; where the CPU cannot be read, the rule
+    /// never applies and there is nothing to test.
     @Test func aWaiterSkipsItsSpinWhenAnotherThreadOnItsCPUSignalledLast() async {
       await #expect(processExitsWith: .success) {
         let home = cls_current_cpu()

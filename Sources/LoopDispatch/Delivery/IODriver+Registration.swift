@@ -46,9 +46,9 @@ extension IODriver {
         case .gone:
           // Rule 8. The number was closed while watched (the registration went with its
           // file) and reopened on the same file: same identity, new registration. `join`
-          // marked the entry evicted.
-          tables.byDescriptor[fd] = nil
-          tables.byToken[entry.token] = nil
+          // already marked the entry evicted under its lock (no re-arm can come between);
+          // `evict` takes it out of the tables.
+          evict(entry, from: &tables)
         }
       }
       let entry = IOEntry(fd: fd, identity: identity, token: tables.nextToken, driver: self)

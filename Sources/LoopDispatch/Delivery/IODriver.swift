@@ -33,8 +33,8 @@ import Synchronization
 ///
 /// Who may touch what: the tables behind `lock` (entries by descriptor and by token, the owned
 /// registrations and their fields); each entry's state behind the entry's own lock (the order
-/// of the two: `IODriver+Registration.swift`); `role`, `inlineRunning` and the counters are atomics; `epfd` and
-/// `watchdogFD` are immutable.
+/// of the two: `IODriver+Registration.swift`); `role`, `inlineRunning` and the counters are
+/// atomics; `epfd` and `watchdogFD` are immutable.
 final class IODriver: @unchecked Sendable {
   // @unchecked Sendable: mutable state is behind `lock` or atomic, as stated above.
 

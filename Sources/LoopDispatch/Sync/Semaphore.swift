@@ -48,11 +48,11 @@ import Synchronization
 ///    That the slow runs were the two threads on one CPU is our inference (two 4 µs spins
 ///    per round trip plus two sleeps), not a recorded placement. The CPU is read from the
 ///    thread's rseq area (no system call where the kernel and glibc provide one), and only on
-///    the paths that already cost more: the signal that found a waiter records it, the
-///    waiter about to spin reads it. It can misfire: where several threads take turns (a
-///    semaphore used as a lock), the last signaller is not the next one, and a waiter that
-///    shares its CPU yields and sleeps where a spin might have caught the next signal, at the
-///    price of up to 8 yields (16 µs) and one sleep and wake-up. A CPU that cannot be read (-1) never skips the spin.
+///    the paths that already cost more: the signal that found a waiter records it, the waiter about
+///    to spin reads it. It can misfire: where several threads take turns (a semaphore used as a
+///    lock), the last signaller is not the next one, and a waiter that shares its CPU yields and
+///    sleeps where a spin might have caught the next signal, at the price of up to 8 yields (16 µs)
+///    and one sleep and wake-up. A CPU that cannot be read (-1) never skips the spin.
 /// 6. Such a waiter does not sleep at once either: it yields the CPU to that signaller a few
 ///    times, taking its token after a yield without ever being taken off the run queue
 ///    (`YieldHandOff`: why, its bounds, and the pause after a yield that a third thread's time

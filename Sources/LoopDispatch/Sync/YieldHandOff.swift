@@ -22,14 +22,14 @@ import Synchronization
 ///   signaller is not about to signal, or it is not on this CPU after all and each yield
 ///   returned at once);
 /// - one yield took longer than `SpinGovernor.preemptionGapNanoseconds`: something other
-///   than a quick hand-off held the CPU. Mostly a third thread (a busy neighbour on this CPU,
-///   which a yield hands a whole time slice: 1.4 ms a round trip in the measurement above
-///   with one busy loop pinned beside the pair, against 7.4 µs sleeping); also a signaller
-///   that works 50 µs or more before it signals, or a hypervisor that took the CPU away, for
-///   which sleeping costs little beside the wait anyway. Then yields are paused for this semaphore: for 1 ms after a slow
-///   yield, twice as long as the last pause after each slow yield that follows the last one
-///   within `memoryNanoseconds`, up to about 1 s. While paused the waiter sleeps at once, as
-///   before this step. A slow yield that still found its token counts as slow too.
+///   than a quick hand-off held the CPU. Mostly a third thread (a busy neighbour on this CPU, which
+///   a yield hands a whole time slice: 1.4 ms a round trip in the measurement above with one busy
+///   loop pinned beside the pair, against 7.4 µs sleeping); also a signaller that works 50 µs or
+///   more before it signals, or a hypervisor that took the CPU away, for which sleeping costs
+///   little beside the wait anyway. Then yields are paused for this semaphore: for 1 ms after a
+///   slow yield, twice as long as the last pause after each slow yield that follows the last one
+///   within `memoryNanoseconds`, up to about 1 s. While paused the waiter sleeps at once, as before
+///   this step. A slow yield that still found its token counts as slow too.
 ///   Why quick hand-offs do not shorten the pause: beside a busy neighbour on the same CPU,
 ///   the yields in between are mostly quick (the neighbour's turn comes at the next tick,
 ///   every 4 ms here), yet a pair that never sleeps competes with the neighbour as two busy
